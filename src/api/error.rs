@@ -1,0 +1,158 @@
+//! API errors and their HTTP statuses, in one place.
+//!
+//! An error renders as `<errors><{element}>{message}</{element}></errors>` with
+//! `<status>failed</status>`. The element names are the catalogue clients match on:
+//!
+//! | element | status | when |
+//! |---|---|---|
+//! | itemisnotfound | 404 | the addressed record or activity does not exist or is not visible |
+//! | resourcenotfound | 404 | no such path |
+//! | incorrectfield | 400 | a field the record or activity type does not have |
+//! | invalidvalue | 400 | a field value of the wrong form |
+//! | invalidparameter | 400 | a query parameter out of range or of the wrong form |
+//! | invalidrequest | 400 | a body that cannot be parsed |
+//! | invalidreference | 400 | the body names a tag, record, user or group that cannot be used |
+//! | authenticationfailed | 401 | missing or wrong credentials, or a disabled user |
+//! | accessdenied | 403 | allowed to call, not allowed to do this |
+//! | methodnotallowed | 405 | the path exists, the method does not |
+//! | requesttimeout | 408 | the body did not arrive in time |
+//! | alreadyexists | 409 | a unique name is taken |
+//! | requesttoolarge | 413 | the body is over the limit |
+//! | quotaexceeded | 429 | the user's hourly call quota is used up |
+//! | internalerror | 500 | a fault of the service; the message carries a reference to the log |
+//! | serverbusy | 503 | the service is overloaded or the database is locked; retry |
+
+use std::borrow::Cow;
+
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub element: Cow<'static, str>,
+    pub message: String,
+    /// Extra response headers (Allow, Retry-After).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    fn new(status: u16, element: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            element: Cow::Borrowed(element),
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn item_not_found() -> ApiError {
+        ApiError::new(404, "itemisnotfound", "Item is not found")
+    }
+
+    pub fn no_such_path(path: &str) -> ApiError {
+        ApiError::new(404, "resourcenotfound", format!("No such resource: {path}"))
+    }
+
+    pub fn incorrect_field(name: &str) -> ApiError {
+        ApiError::new(
+            400,
+            "incorrectfield",
+            format!("Incorrect field specified: {name}"),
+        )
+    }
+
+    pub fn invalid_value(field: &str, message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(400, "invalidvalue", format!("{field}: {message}"))
+    }
+
+    pub fn invalid_parameter(name: &str, message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(400, "invalidparameter", format!("{name}: {message}"))
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "invalidrequest", message)
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(
+            401,
+            "authenticationfailed",
+            "Authentication failed: send the account e-mail and API token with HTTP Basic",
+        )
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(403, "accessdenied", message)
+    }
+
+    pub fn method_not_allowed(allow: &[&str]) -> ApiError {
+        let mut e = ApiError::new(
+            405,
+            "methodnotallowed",
+            format!("Method not allowed here; allowed: {}", allow.join(", ")),
+        );
+        e.headers.push(("Allow", allow.join(", ")));
+        e
+    }
+
+    pub fn request_timeout() -> ApiError {
+        ApiError::new(
+            408,
+            "requesttimeout",
+            "The request body did not arrive in time",
+        )
+    }
+
+    pub fn too_large(limit_bytes: usize) -> ApiError {
+        ApiError::new(
+            413,
+            "requesttoolarge",
+            format!("The request body is larger than {limit_bytes} bytes"),
+        )
+    }
+
+    pub fn quota_exceeded(allowed: u32, retry_after_secs: i64) -> ApiError {
+        let mut e = ApiError::new(
+            429,
+            "quotaexceeded",
+            format!(
+                "The quota of {allowed} API calls per hour is used up; it renews at the top of the hour"
+            ),
+        );
+        e.headers
+            .push(("Retry-After", retry_after_secs.max(1).to_string()));
+        e
+    }
+
+    pub fn busy() -> ApiError {
+        let mut e = ApiError::new(503, "serverbusy", "The service is busy; retry shortly");
+        e.headers.push(("Retry-After", "1".into()));
+        e
+    }
+
+    /// A fault of the service. The cause goes to the log under a reference the client sees.
+    pub fn internal(cause: &str) -> ApiError {
+        let mut bytes = [0u8; 4];
+        let _ = getrandom::fill(&mut bytes);
+        let reference = hex::encode(bytes);
+        log::error!("internal error {reference}: {cause}");
+        ApiError::new(
+            500,
+            "internalerror",
+            format!("Internal error (reference {reference})"),
+        )
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> ApiError {
+        match err {
+            StoreError::NotFound => ApiError::item_not_found(),
+            StoreError::BadReference(m) => ApiError::new(400, "invalidreference", m),
+            StoreError::Forbidden(m) => ApiError::forbidden(m),
+            StoreError::Duplicate(m) => ApiError::new(409, "alreadyexists", m),
+            StoreError::Busy => ApiError::busy(),
+            StoreError::Internal(m) => ApiError::internal(&m),
+        }
+    }
+}

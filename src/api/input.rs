@@ -1,0 +1,401 @@
+//! Request input: the XML, JSON and form bodies and the query string, all read into one tree
+//! (`serde_json::Value`: objects, arrays and strings; JSON numbers and booleans kept), and the
+//! typed accessors handlers use on it.
+//!
+//! XML `<request><a><b>1</b><b>2</b></a></request>` becomes `{"a": {"b": ["1", "2"]}}` (the
+//! root element is dropped, repeated elements become arrays, attributes are ignored); form
+//! `a[b][]=1&a[b][]=2` and JSON `{"a": {"b": [1, 2]}}` read the same way.
+
+use quick_xml::events::Event;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use crate::limits;
+
+/// Which parser a body gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    Xml,
+    Json,
+    Form,
+}
+
+/// Picks the parser from the Content-Type; without a usable one, from the first byte.
+pub fn body_kind(content_type: Option<&str>, body: &[u8]) -> BodyKind {
+    let ct = content_type.unwrap_or("").to_ascii_lowercase();
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if essence == "application/json" || essence.ends_with("+json") || essence == "text/json" {
+        return BodyKind::Json;
+    }
+    if essence == "application/x-www-form-urlencoded" {
+        return BodyKind::Form;
+    }
+    if essence.contains("xml") {
+        return BodyKind::Xml;
+    }
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | Some(b'[') => BodyKind::Json,
+        Some(b'<') | None => BodyKind::Xml,
+        Some(_) => BodyKind::Form,
+    }
+}
+
+/// Parses a request body; an empty body is an empty object.
+pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Map::new()));
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
+    let value = match body_kind(content_type, body) {
+        BodyKind::Json => parse_json(text)?,
+        BodyKind::Form => parse_form(text)?,
+        BodyKind::Xml => parse_xml(text)?,
+    };
+    if !value.is_object() {
+        return Err(ApiError::invalid_request(
+            "the body must be an object (JSON) or a <request> element (XML)",
+        ));
+    }
+    check_shape(&value)?;
+    Ok(value)
+}
+
+fn parse_json(text: &str) -> Result<Value, ApiError> {
+    serde_json::from_str(text)
+        .map_err(|e| ApiError::invalid_request(format!("malformed JSON: {e}")))
+}
+
+/// Parses form data or a query string with nested keys (`categories[add][]=5`).
+pub fn parse_form(text: &str) -> Result<Value, ApiError> {
+    if text.is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    let config = serde_qs::Config::new()
+        .max_depth(limits::INPUT_DEPTH_MAX)
+        .use_form_encoding(true);
+    let value: Value = config
+        .deserialize_str(text)
+        .map_err(|e| ApiError::invalid_request(format!("malformed form data: {e}")))?;
+    check_shape(&value)?;
+    Ok(value)
+}
+
+fn parse_xml(text: &str) -> Result<Value, ApiError> {
+    struct Frame {
+        name: String,
+        children: Map<String, Value>,
+        text: String,
+    }
+    fn bad(e: impl std::fmt::Display) -> ApiError {
+        ApiError::invalid_request(format!("malformed XML: {e}"))
+    }
+    fn attach(parent: &mut Frame, name: String, value: Value) {
+        match parent.children.get_mut(&name) {
+            None => {
+                parent.children.insert(name, value);
+            }
+            Some(Value::Array(items)) => items.push(value),
+            Some(existing) => {
+                let first = existing.take();
+                *existing = Value::Array(vec![first, value]);
+            }
+        }
+    }
+    fn element_name(raw: &str) -> Result<String, ApiError> {
+        Ok(raw.to_string())
+    }
+    fn close(frame: Frame) -> Value {
+        if frame.children.is_empty() {
+            Value::String(frame.text)
+        } else {
+            Value::Object(frame.children)
+        }
+    }
+
+    let mut reader = quick_xml::Reader::from_str(text);
+    reader.config_mut().trim_text(true);
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut root: Option<Value> = None;
+    let mut nodes = 0usize;
+    loop {
+        let event = reader.read_event().map_err(bad)?;
+        match event {
+            Event::Start(e) => {
+                if root.is_some() {
+                    return Err(bad("content after the root element"));
+                }
+                nodes += 1;
+                if stack.len() >= limits::INPUT_DEPTH_MAX || nodes > limits::INPUT_NODES_MAX {
+                    return Err(ApiError::invalid_request(
+                        "the XML body is nested too deeply or too large",
+                    ));
+                }
+                let name = element_name(e.local_name().as_ref())?;
+                stack.push(Frame {
+                    name,
+                    children: Map::new(),
+                    text: String::new(),
+                });
+            }
+            Event::Empty(e) => {
+                nodes += 1;
+                if nodes > limits::INPUT_NODES_MAX {
+                    return Err(ApiError::invalid_request("the XML body is too large"));
+                }
+                let name = element_name(e.local_name().as_ref())?;
+                match stack.last_mut() {
+                    Some(parent) => attach(parent, name, Value::String(String::new())),
+                    None if root.is_none() => root = Some(Value::Object(Map::new())),
+                    None => return Err(bad("content after the root element")),
+                }
+            }
+            Event::End(_) => {
+                let frame = stack.pop().ok_or_else(|| bad("unexpected end tag"))?;
+                let name = frame.name.clone();
+                let value = close(frame);
+                match stack.last_mut() {
+                    Some(parent) => attach(parent, name, value),
+                    None => {
+                        root = Some(match value {
+                            Value::String(s) if s.is_empty() => Value::Object(Map::new()),
+                            Value::String(_) => {
+                                return Err(bad("the root element holds text, not elements"));
+                            }
+                            other => other,
+                        })
+                    }
+                }
+            }
+            Event::Text(t) => match stack.last_mut() {
+                Some(frame) => frame.text.push_str(&t.xml10_content()),
+                None => return Err(bad("text outside the root element")),
+            },
+            Event::CData(c) => match stack.last_mut() {
+                Some(frame) => frame.text.push_str(&c.xml10_content()),
+                None => return Err(bad("text outside the root element")),
+            },
+            Event::GeneralRef(r) => {
+                let resolved = quick_xml::escape::unescape(&format!("&{};", &*r))
+                    .map_err(bad)?
+                    .into_owned();
+                match stack.last_mut() {
+                    Some(frame) => frame.text.push_str(&resolved),
+                    None => return Err(bad("text outside the root element")),
+                }
+            }
+            Event::Eof => break,
+            Event::Decl(_) | Event::Comment(_) | Event::PI(_) | Event::DocType(_) => {}
+        }
+    }
+    if !stack.is_empty() {
+        return Err(bad("unclosed element"));
+    }
+    root.ok_or_else(|| bad("no root element"))
+}
+
+/// Refuses trees deeper or larger than the limits (JSON is parsed before this check, within
+/// serde_json's own recursion limit and the body size limit).
+fn check_shape(value: &Value) -> Result<(), ApiError> {
+    fn walk(v: &Value, depth: usize, nodes: &mut usize) -> bool {
+        *nodes += 1;
+        if depth > limits::INPUT_DEPTH_MAX || *nodes > limits::INPUT_NODES_MAX {
+            return false;
+        }
+        match v {
+            Value::Object(m) => m.values().all(|c| walk(c, depth + 1, nodes)),
+            Value::Array(a) => a.iter().all(|c| walk(c, depth + 1, nodes)),
+            _ => true,
+        }
+    }
+    let mut nodes = 0;
+    if walk(value, 0, &mut nodes) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_request(
+            "the body is nested too deeply or has too many values",
+        ))
+    }
+}
+
+/// Merges `extra` into `base` (keys of `extra` win).
+pub fn merge(base: &mut Value, extra: Value) {
+    if let (Value::Object(b), Value::Object(e)) = (base, extra) {
+        for (k, v) in e {
+            b.insert(k, v);
+        }
+    }
+}
+
+/// A scalar as text: strings as they are, numbers and booleans written out. `None` for
+/// objects, arrays and null.
+pub fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(if *b { "1".into() } else { "0".into() }),
+        _ => None,
+    }
+}
+
+/// Typed access to the parameters of one request (query string merged with the body).
+pub struct Params<'a> {
+    pub root: &'a Value,
+}
+
+impl<'a> Params<'a> {
+    pub fn new(root: &'a Value) -> Params<'a> {
+        Params { root }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
+        self.root.get(key)
+    }
+
+    /// A text parameter; a missing one is `None`. An object or array is an error.
+    pub fn text(&self, key: &str) -> Result<Option<String>, ApiError> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => scalar_text(v)
+                .map(|s| Some(s.trim().to_string()))
+                .ok_or_else(|| ApiError::invalid_parameter(key, "must be a single value")),
+        }
+    }
+
+    /// A non-empty text parameter.
+    pub fn nonempty(&self, key: &str) -> Result<Option<String>, ApiError> {
+        Ok(self.text(key)?.filter(|s| !s.is_empty()))
+    }
+
+    /// An integer parameter (a JSON number or a string of digits); empty counts as missing.
+    pub fn int(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        match self.nonempty(key)? {
+            None => Ok(None),
+            Some(s) => s
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| ApiError::invalid_parameter(key, format!("{s:?} is not an integer"))),
+        }
+    }
+
+    /// A 0/1 flag.
+    pub fn flag(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        match self.int(key)? {
+            None => Ok(None),
+            Some(0) => Ok(Some(false)),
+            Some(1) => Ok(Some(true)),
+            Some(n) => Err(ApiError::invalid_parameter(
+                key,
+                format!("{n} is not 0 or 1"),
+            )),
+        }
+    }
+}
+
+/// Every integer id found under `v`, however it is nested: `5`, `"5"`, `[5, 6]`,
+/// `{"category": ["5", "6"]}` all work, as the XML, JSON and form shapes differ.
+pub fn ids_under(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
+    fn walk(v: &Value, what: &str, out: &mut Vec<i64>) -> Result<(), ApiError> {
+        match v {
+            Value::Null => Ok(()),
+            Value::Array(items) => items.iter().try_for_each(|i| walk(i, what, out)),
+            Value::Object(m) => m.values().try_for_each(|i| walk(i, what, out)),
+            other => {
+                let text = scalar_text(other).unwrap_or_default();
+                let text = text.trim();
+                if text.is_empty() {
+                    return Ok(());
+                }
+                let id = text.parse::<i64>().ok().filter(|i| *i > 0).ok_or_else(|| {
+                    ApiError::invalid_value(what, format!("{text:?} is not an id"))
+                })?;
+                if out.len() >= limits::REFERENCES_PER_REQUEST_MAX {
+                    return Err(ApiError::invalid_value(
+                        what,
+                        format!(
+                            "more than {} ids in one request",
+                            limits::REFERENCES_PER_REQUEST_MAX
+                        ),
+                    ));
+                }
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+                Ok(())
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, what, &mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(ct: Option<&str>, body: &str, expected: Value) {
+        assert_eq!(
+            parse_body(ct, body.as_bytes()).unwrap(),
+            expected,
+            "body: {body}"
+        );
+    }
+
+    #[test]
+    fn three_encodings_read_alike() {
+        let expected = json!({"firstname": "Ann", "categories": {"add": {"category": ["5", "6"]}}});
+        check(
+            Some("application/xml"),
+            "<?xml version=\"1.0\"?><request><firstname>Ann</firstname><categories><add><category>5</category><category>6</category></add></categories></request>",
+            expected.clone(),
+        );
+        check(
+            Some("application/x-www-form-urlencoded"),
+            "firstname=Ann&categories[add][category][]=5&categories[add][category][]=6",
+            expected,
+        );
+        check(
+            Some("application/json"),
+            r#"{"firstname":"Ann","n":5}"#,
+            json!({"firstname": "Ann", "n": 5}),
+        );
+        check(
+            None,
+            "<request><a>x &amp; y&#33;</a><b/><c><![CDATA[<z>]]></c></request>",
+            json!({"a": "x & y!", "b": "", "c": "<z>"}),
+        );
+        check(None, "   ", json!({}));
+        check(Some("text/plain"), "a=1", json!({"a": "1"}));
+    }
+
+    #[test]
+    fn malformed_bodies_are_refused() {
+        for (ct, body) in [
+            (Some("application/xml"), "<request><a></request>"),
+            (Some("application/xml"), "<request>text</request>"),
+            (Some("application/xml"), "<request/><again/>"),
+            (Some("application/xml"), "<request>&bogus;</request>"),
+            (Some("application/json"), "{\"a\": "),
+            (Some("application/json"), "[1, 2]"),
+            (Some("application/json"), "42"),
+        ] {
+            assert!(parse_body(ct, body.as_bytes()).is_err(), "accepted: {body}");
+        }
+        let deep = format!("{}{}", "<a>".repeat(100), "</a>".repeat(100));
+        assert!(parse_body(None, deep.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn ids_in_every_shape() {
+        assert_eq!(
+            ids_under(&json!({"category": ["5", "6"]}), "x").unwrap(),
+            vec![5, 6]
+        );
+        assert_eq!(ids_under(&json!([5, "6", 5]), "x").unwrap(), vec![5, 6]);
+        assert_eq!(ids_under(&json!("7"), "x").unwrap(), vec![7]);
+        assert!(ids_under(&json!(["x"]), "x").is_err());
+        assert!(ids_under(&json!([-1]), "x").is_err());
+    }
+}

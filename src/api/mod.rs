@@ -1,0 +1,359 @@
+//! The REST API: one synchronous entry point, [`App::handle`], from a parsed HTTP request to
+//! a complete response. The HTTP server calls it on a worker thread; the batch endpoint calls
+//! it again for each nested request, so both go through the same authentication, quota,
+//! routing and rendering.
+
+pub mod error;
+pub mod input;
+pub mod output;
+mod records;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+use serde_json::Value;
+
+use crate::auth::{self, AuthError};
+use crate::config::Config;
+use crate::limits;
+use crate::model::{RecordType, Viewer};
+use crate::quota::Quota;
+use crate::store::Store;
+use crate::timefmt::now_secs;
+use error::ApiError;
+use output::{Member, Out};
+
+/// Name of the quota header, as the deployed service spells it.
+pub const QUOTA_HEADER: &str = "Http-X-Service-Api-Call-Limit";
+pub const REALM: &str = "sitegate";
+
+/// Everything a handler may use.
+pub struct App {
+    pub config: Config,
+    pub store: Arc<Store>,
+    pub quota: Quota,
+}
+
+/// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
+pub struct Request {
+    pub method: Method,
+    /// The path, percent-decoding not applied (ids and segments are ASCII).
+    pub path: String,
+    /// The raw query string, without `?`.
+    pub query: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub peer: SocketAddr,
+}
+
+/// A complete response: always a known length, never chunked.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+/// How the response is encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Format {
+    Xml,
+    Json,
+    /// JSON wrapped as `callback(...)`.
+    Jsonp(String),
+}
+
+impl Format {
+    /// JSONP when a `callback` query parameter survives sanitising (letters, digits and
+    /// underscores), JSON when `Accept` (or the misspelt `Accepts`) asks for it, else XML.
+    pub fn negotiate(headers: &HeaderMap, query: &Value) -> Format {
+        if let Some(cb) = query.get("callback").and_then(input::scalar_text) {
+            let clean: String = cb
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take(limits::JSONP_CALLBACK_CHARS_MAX)
+                .collect();
+            if !clean.is_empty() {
+                return Format::Jsonp(clean);
+            }
+        }
+        let wants_json = ["accept", "accepts"].iter().any(|name| {
+            headers
+                .get_all(*name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| v.to_ascii_lowercase().contains("json"))
+        });
+        if wants_json {
+            Format::Json
+        } else {
+            Format::Xml
+        }
+    }
+}
+
+/// A successful handler result.
+pub struct Reply {
+    pub status: u16,
+    /// Members of `<response>`, before `<status>`.
+    pub doc: Out,
+    /// For 201: the new resource's path.
+    pub location: Option<String>,
+}
+
+impl Reply {
+    pub fn ok(doc: Out) -> Reply {
+        Reply {
+            status: 200,
+            doc,
+            location: None,
+        }
+    }
+
+    pub fn created(doc: Out, location: String) -> Reply {
+        Reply {
+            status: 201,
+            doc,
+            location: Some(location),
+        }
+    }
+}
+
+/// What a handler gets: who asks, and the request's parameters.
+pub struct Ctx<'a> {
+    pub app: &'a App,
+    pub viewer: Viewer,
+    /// Query string parameters.
+    pub query: Value,
+    /// Body parameters (XML, JSON or form).
+    pub body: Value,
+    pub now: i64,
+}
+
+impl Ctx<'_> {
+    /// Query and body parameters together; the body wins on a clash.
+    pub fn params(&self) -> Value {
+        let mut merged = self.query.clone();
+        input::merge(&mut merged, self.body.clone());
+        merged
+    }
+}
+
+impl App {
+    pub fn new(config: Config, store: Arc<Store>) -> Result<App, crate::store::StoreError> {
+        let now = now_secs();
+        let hour = crate::quota::hour_of(now);
+        let saved = store.load_quota(hour)?;
+        let quota = Quota::new(config.api.quota_calls_per_hour, hour, saved);
+        Ok(App {
+            config,
+            store,
+            quota,
+        })
+    }
+
+    /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
+    /// caller (the worker pool) and answered with 500.
+    pub fn handle(&self, req: &Request) -> Response {
+        let query = input::parse_form(&req.query);
+        let empty = Value::Object(Default::default());
+        let format = Format::negotiate(&req.headers, query.as_ref().unwrap_or(&empty));
+        let allowed = self.quota.allowed();
+
+        let auth_header = req
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let viewer = match auth::authenticate(&self.store, auth_header) {
+            Ok(v) => v,
+            Err(AuthError::Refused) => {
+                let mut resp =
+                    render_error(&format, ApiError::unauthorized(), format!("0/{allowed}"));
+                resp.headers.push((
+                    "WWW-Authenticate",
+                    format!("Basic realm=\"{REALM}\", charset=\"UTF-8\""),
+                ));
+                return resp;
+            }
+            Err(AuthError::Store(e)) => {
+                return render_error(&format, e.into(), format!("0/{allowed}"));
+            }
+        };
+        let now = now_secs();
+        let used = match self.quota.take(viewer.user_id, now) {
+            Ok(used) => used,
+            Err(used) => {
+                let retry = 3600 - now.rem_euclid(3600);
+                return render_error(
+                    &format,
+                    ApiError::quota_exceeded(allowed, retry),
+                    format!("{used}/{allowed}"),
+                );
+            }
+        };
+        let quota_value = format!("{used}/{allowed}");
+
+        let result = (|| {
+            let query = query?;
+            let content_type = req
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            let body = input::parse_body(content_type, &req.body)?;
+            let ctx = Ctx {
+                app: self,
+                viewer,
+                query,
+                body,
+                now,
+            };
+            route(&ctx, &req.method, &req.path)
+        })();
+        match result {
+            Ok(reply) => render_reply(&format, reply, quota_value),
+            Err(err) => render_error(&format, err, quota_value),
+        }
+    }
+}
+
+/// Path segments without empty ones: `/contacts/131/` and `/contacts/131` are the same.
+fn segments(path: &str) -> Vec<&str> {
+    path.split('/').filter(|s| !s.is_empty()).collect()
+}
+
+fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiError> {
+    let segs = segments(path);
+    let allow = |methods: &[&str]| -> Result<Reply, ApiError> {
+        Err(ApiError::method_not_allowed(methods))
+    };
+    match segs.as_slice() {
+        ["ownership"] => match *method {
+            Method::GET => records::ownership(ctx),
+            _ => allow(&["GET"]),
+        },
+        [segment, rest @ ..] => {
+            let Some(rt) = RecordType::from_segment(segment) else {
+                return Err(ApiError::no_such_path(path));
+            };
+            match rest {
+                [] => match *method {
+                    Method::GET => records::list(ctx, rt),
+                    Method::POST => records::create(ctx, rt),
+                    _ => allow(&["GET", "POST"]),
+                },
+                ["categories"] => match *method {
+                    Method::GET => records::list_categories(ctx, rt),
+                    Method::POST => records::create_category(ctx, rt),
+                    _ => allow(&["GET", "POST"]),
+                },
+                ["fields"] => match *method {
+                    Method::GET => records::list_fields(ctx, rt),
+                    _ => allow(&["GET"]),
+                },
+                [id] if id.bytes().all(|b| b.is_ascii_digit()) => {
+                    let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
+                    match *method {
+                        Method::GET => records::show(ctx, rt, id),
+                        Method::PUT => records::update(ctx, rt, id),
+                        Method::DELETE => records::delete(ctx, rt, id),
+                        _ => allow(&["GET", "PUT", "DELETE"]),
+                    }
+                }
+                _ => Err(ApiError::no_such_path(path)),
+            }
+        }
+        [] => Err(ApiError::no_such_path(path)),
+    }
+}
+
+fn members(doc: Out) -> Vec<Member> {
+    match doc {
+        Out::Map(m) => m,
+        other => vec![Member {
+            xml: "result".into(),
+            json: None,
+            attrs: Vec::new(),
+            value: other,
+        }],
+    }
+}
+
+fn render(
+    format: &Format,
+    mut members: Vec<Member>,
+    status_text: &'static str,
+) -> (Vec<u8>, &'static str) {
+    members.push(Member {
+        xml: "status".into(),
+        json: None,
+        attrs: Vec::new(),
+        value: Out::text(status_text),
+    });
+    match format {
+        Format::Xml => (
+            output::to_xml(&members).into_bytes(),
+            "application/xml; charset=utf-8",
+        ),
+        Format::Json => (
+            output::to_json(&members).into_bytes(),
+            "application/json; charset=utf-8",
+        ),
+        Format::Jsonp(cb) => (
+            format!("{cb}({});", output::to_json(&members)).into_bytes(),
+            "application/javascript; charset=utf-8",
+        ),
+    }
+}
+
+pub fn render_reply(format: &Format, reply: Reply, quota_value: String) -> Response {
+    let (body, content_type) = render(format, members(reply.doc), "success");
+    let mut headers = vec![
+        ("Content-Type", content_type.to_string()),
+        (QUOTA_HEADER, quota_value),
+    ];
+    if let Some(location) = reply.location {
+        headers.push(("Location", location));
+    }
+    Response {
+        status: reply.status,
+        headers,
+        body,
+    }
+}
+
+pub fn render_error(format: &Format, err: ApiError, quota_value: String) -> Response {
+    let errors = Out::map().with(err.element.clone(), Out::text(err.message.clone()));
+    let (body, content_type) = render(format, members(Out::map().with("errors", errors)), "failed");
+    let mut headers = vec![
+        ("Content-Type", content_type.to_string()),
+        (QUOTA_HEADER, quota_value),
+    ];
+    headers.extend(err.headers.into_iter());
+    // A JSONP caller cannot read the status line: answer 200 so the script runs and sees
+    // `"status": "failed"`.
+    let status = if matches!(format, Format::Jsonp(_)) && err.status != 401 {
+        200
+    } else {
+        err.status
+    };
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Answers requests that never reach a handler (body too large, overload, a handler panic),
+/// in the API's error shape.
+pub fn early_error(
+    headers: &HeaderMap,
+    query: &str,
+    err: ApiError,
+    quota_allowed: u32,
+) -> Response {
+    let query = input::parse_form(query).unwrap_or_else(|_| Value::Object(Default::default()));
+    let format = Format::negotiate(headers, &query);
+    render_error(&format, err, format!("0/{quota_allowed}"))
+}

@@ -1,0 +1,291 @@
+//! Response documents: one tree (`Out`) rendered as XML (`<response>...`) or JSON.
+//!
+//! The tree carries what the two encodings need beyond plain data: the element name of list
+//! items in XML (`<categories><category>`), keys that differ by encoding (`<id131>` in XML,
+//! `"131"` in JSON) and attributes (`<assignedto cn="Ann">12</assignedto>` in XML, a sibling
+//! `"assignedto_cn"` in JSON).
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+use serde_json::{Map, Number, Value};
+
+#[derive(Clone, Debug)]
+pub enum Out {
+    /// Empty element in XML, `null` in JSON.
+    Null,
+    Text(String),
+    Int(i64),
+    Float(f64),
+    Map(Vec<Member>),
+    /// A list; in XML each item is an element named `item`.
+    List {
+        item: &'static str,
+        items: Vec<Out>,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub xml: Cow<'static, str>,
+    pub json: Option<String>,
+    pub attrs: Vec<(&'static str, String)>,
+    pub value: Out,
+}
+
+impl Out {
+    pub fn map() -> Out {
+        Out::Map(Vec::new())
+    }
+
+    pub fn text(s: impl Into<String>) -> Out {
+        Out::Text(s.into())
+    }
+
+    pub fn list(item: &'static str, items: Vec<Out>) -> Out {
+        Out::List { item, items }
+    }
+
+    /// Adds a member (on a map; anything else is returned unchanged).
+    pub fn with(mut self, name: impl Into<Cow<'static, str>>, value: Out) -> Out {
+        self.push(name, value);
+        self
+    }
+
+    pub fn push(&mut self, name: impl Into<Cow<'static, str>>, value: Out) {
+        if let Out::Map(members) = self {
+            members.push(Member {
+                xml: name.into(),
+                json: None,
+                attrs: Vec::new(),
+                value,
+            });
+        }
+    }
+
+    /// Adds a member keyed by id: element `id<id>` in XML, key `"<id>"` in JSON.
+    pub fn push_keyed(&mut self, id: i64, value: Out) {
+        if let Out::Map(members) = self {
+            members.push(Member {
+                xml: format!("id{id}").into(),
+                json: Some(id.to_string()),
+                attrs: Vec::new(),
+                value,
+            });
+        }
+    }
+
+    /// Adds a member with one attribute.
+    pub fn push_attr(
+        &mut self,
+        name: impl Into<Cow<'static, str>>,
+        attr: &'static str,
+        attr_value: String,
+        value: Out,
+    ) {
+        if let Out::Map(members) = self {
+            members.push(Member {
+                xml: name.into(),
+                json: None,
+                attrs: vec![(attr, attr_value)],
+                value,
+            });
+        }
+    }
+
+    /// `1` or empty, the interface's way of writing a flag.
+    pub fn flag(on: bool) -> Out {
+        Out::Text(if on { "1".into() } else { String::new() })
+    }
+
+    pub fn opt_text(s: Option<String>) -> Out {
+        s.map(Out::Text).unwrap_or(Out::Null)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// XML
+
+/// `<?xml ...?><response>members</response>`, indented by two spaces.
+pub fn to_xml(members: &[Member]) -> String {
+    let mut out = String::with_capacity(1024);
+    out.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<response>\n");
+    for m in members {
+        write_member(&mut out, m, 1);
+    }
+    out.push_str("</response>\n");
+    out
+}
+
+fn indent(out: &mut String, depth: usize) {
+    for _ in 0..depth {
+        out.push_str("  ");
+    }
+}
+
+fn write_member(out: &mut String, m: &Member, depth: usize) {
+    write_element(out, &m.xml, &m.attrs, &m.value, depth);
+}
+
+fn write_element(
+    out: &mut String,
+    name: &str,
+    attrs: &[(&'static str, String)],
+    value: &Out,
+    depth: usize,
+) {
+    indent(out, depth);
+    out.push('<');
+    out.push_str(name);
+    for (k, v) in attrs {
+        let _ = write!(out, " {k}=\"{}\"", escape_attr(v));
+    }
+    match value {
+        Out::Null => out.push_str("/>\n"),
+        Out::Text(s) if s.is_empty() => out.push_str("/>\n"),
+        Out::Text(s) => {
+            out.push('>');
+            out.push_str(&escape_text(s));
+            close(out, name);
+        }
+        Out::Int(n) => {
+            let _ = write!(out, ">{n}");
+            close(out, name);
+        }
+        Out::Float(x) => {
+            let _ = write!(out, ">{}", float_text(*x));
+            close(out, name);
+        }
+        Out::Map(members) if members.is_empty() => out.push_str("/>\n"),
+        Out::Map(members) => {
+            out.push_str(">\n");
+            for m in members {
+                write_member(out, m, depth + 1);
+            }
+            indent(out, depth);
+            close(out, name);
+        }
+        Out::List { items, .. } if items.is_empty() => out.push_str("/>\n"),
+        Out::List { item, items } => {
+            out.push_str(">\n");
+            for i in items {
+                write_element(out, item, &[], i, depth + 1);
+            }
+            indent(out, depth);
+            close(out, name);
+        }
+    }
+}
+
+fn close(out: &mut String, name: &str) {
+    out.push_str("</");
+    out.push_str(name);
+    out.push_str(">\n");
+}
+
+/// Escapes text for XML; characters XML 1.0 cannot carry become U+FFFD.
+fn escape_text(s: &str) -> Cow<'_, str> {
+    let clean = xml_chars(s);
+    match quick_xml::escape::partial_escape(clean.as_ref()) {
+        Cow::Borrowed(_) => clean,
+        Cow::Owned(o) => Cow::Owned(o),
+    }
+}
+
+fn escape_attr(s: &str) -> String {
+    quick_xml::escape::escape(xml_chars(s).as_ref()).into_owned()
+}
+
+fn xml_chars(s: &str) -> Cow<'_, str> {
+    let ok = |c: char| !c.is_control() || matches!(c, '\t' | '\n' | '\r');
+    if s.chars().all(ok) {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(
+            s.chars()
+                .map(|c| if ok(c) { c } else { '\u{FFFD}' })
+                .collect(),
+        )
+    }
+}
+
+fn float_text(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        String::new()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+
+/// The members as one JSON object.
+pub fn to_json(members: &[Member]) -> String {
+    let value = members_to_json(members);
+    serde_json::to_string(&value).unwrap_or_else(|_| "{}".into())
+}
+
+fn members_to_json(members: &[Member]) -> Value {
+    let mut map = Map::with_capacity(members.len());
+    for m in members {
+        let key = m.json.clone().unwrap_or_else(|| m.xml.to_string());
+        for (attr, v) in &m.attrs {
+            map.insert(format!("{key}_{attr}"), Value::String(v.clone()));
+        }
+        map.insert(key, to_value(&m.value));
+    }
+    Value::Object(map)
+}
+
+fn to_value(out: &Out) -> Value {
+    match out {
+        Out::Null => Value::Null,
+        Out::Text(s) => Value::String(s.clone()),
+        Out::Int(n) => Value::Number((*n).into()),
+        Out::Float(x) => Number::from_f64(*x)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        Out::Map(members) => members_to_json(members),
+        Out::List { items, .. } => Value::Array(items.iter().map(to_value).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_tree_two_encodings() {
+        let mut entries = Out::map();
+        entries.push_keyed(131, Out::map().with("name", Out::text("A & B")));
+        let mut doc = Out::map()
+            .with(
+                "categories",
+                Out::list("category", vec![Out::map().with("id", Out::Int(5))]),
+            )
+            .with("empty", Out::text(""));
+        doc.push_attr("assignedto", "cn", "Ann <Lee>".into(), Out::text("12"));
+        let Out::Map(mut members) = doc else {
+            unreachable!()
+        };
+        let Out::Map(e) = entries else { unreachable!() };
+        members.extend(e);
+        let xml = to_xml(&members);
+        assert_eq!(
+            xml,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<response>\n  <categories>\n    <category>\n      <id>5</id>\n    </category>\n  </categories>\n  <empty/>\n  <assignedto cn=\"Ann &lt;Lee&gt;\">12</assignedto>\n  <id131>\n    <name>A &amp; B</name>\n  </id131>\n</response>\n"
+        );
+        assert_eq!(
+            to_json(&members),
+            r#"{"categories":[{"id":5}],"empty":"","assignedto_cn":"Ann <Lee>","assignedto":"12","131":{"name":"A & B"}}"#
+        );
+        let bad = to_xml(&[Member {
+            xml: "x".into(),
+            json: None,
+            attrs: vec![],
+            value: Out::text("a\u{1}b"),
+        }]);
+        assert!(bad.contains("<x>a\u{FFFD}b</x>"));
+    }
+}

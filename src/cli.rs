@@ -1,0 +1,217 @@
+//! The command line (argh): `serve`, `user ...`, `group ...`, `check-config`. Every
+//! subcommand takes `--config PATH` after its name.
+
+use std::path::PathBuf;
+
+use argh::FromArgs;
+
+#[derive(FromArgs, Debug)]
+/// sitegate: customer records, location and alerts for a site, in one service.
+pub struct Cli {
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+    #[argh(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum Command {
+    Serve(Serve),
+    User(User),
+    Group(Group),
+    CheckConfig(CheckConfig),
+}
+
+#[derive(FromArgs, Debug)]
+/// Run the service.
+#[argh(subcommand, name = "serve")]
+pub struct Serve {
+    /// configuration file (default: ./config.toml if present, else built-in defaults)
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Validate the configuration and print it resolved.
+#[argh(subcommand, name = "check-config")]
+pub struct CheckConfig {
+    /// configuration file (default: ./config.toml if present, else built-in defaults)
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Manage users (works while the service runs).
+#[argh(subcommand, name = "user")]
+pub struct User {
+    #[argh(subcommand)]
+    pub command: UserCommand,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum UserCommand {
+    Add(UserAdd),
+    Token(UserToken),
+    List(UserList),
+    Disable(UserDisable),
+    Enable(UserEnable),
+    Delete(UserDelete),
+}
+
+#[derive(FromArgs, Debug)]
+/// Create a user and print its API token (shown once).
+#[argh(subcommand, name = "add")]
+pub struct UserAdd {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// e-mail address, the login name
+    #[argh(option)]
+    pub email: String,
+    /// display name
+    #[argh(option)]
+    pub name: String,
+    /// administrator: sees and changes every record of the organisation
+    #[argh(switch)]
+    pub admin: bool,
+    /// group id to join (repeatable)
+    #[argh(option)]
+    pub group: Vec<i64>,
+    /// organisation id (default: the first in the configuration)
+    #[argh(option)]
+    pub org: Option<String>,
+    /// the user may not own private records (ownership must be a group)
+    #[argh(switch)]
+    pub prevent_private_data: bool,
+}
+
+#[derive(FromArgs, Debug)]
+/// Issue a new API token for a user (the old one stops working).
+#[argh(subcommand, name = "token")]
+pub struct UserToken {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the user's e-mail address
+    #[argh(option)]
+    pub email: String,
+}
+
+#[derive(FromArgs, Debug)]
+/// List users.
+#[argh(subcommand, name = "list")]
+pub struct UserList {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Stop a user from calling the API (preventlogin).
+#[argh(subcommand, name = "disable")]
+pub struct UserDisable {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the user's e-mail address
+    #[argh(option)]
+    pub email: String,
+}
+
+#[derive(FromArgs, Debug)]
+/// Let a disabled user call the API again.
+#[argh(subcommand, name = "enable")]
+pub struct UserEnable {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the user's e-mail address
+    #[argh(option)]
+    pub email: String,
+}
+
+#[derive(FromArgs, Debug)]
+/// Delete a user: refused at login, listed only with deleted=1; records keep their owner.
+#[argh(subcommand, name = "delete")]
+pub struct UserDelete {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the user's e-mail address
+    #[argh(option)]
+    pub email: String,
+}
+
+#[derive(FromArgs, Debug)]
+/// Manage groups (works while the service runs).
+#[argh(subcommand, name = "group")]
+pub struct Group {
+    #[argh(subcommand)]
+    pub command: GroupCommand,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum GroupCommand {
+    Add(GroupAdd),
+    Member(GroupMember),
+    List(GroupList),
+    Delete(GroupDelete),
+}
+
+#[derive(FromArgs, Debug)]
+/// Create a group and print its id.
+#[argh(subcommand, name = "add")]
+pub struct GroupAdd {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// group name
+    #[argh(option)]
+    pub name: String,
+    /// group e-mail address
+    #[argh(option)]
+    pub email: Option<String>,
+    /// organisation id (default: the first in the configuration)
+    #[argh(option)]
+    pub org: Option<String>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Add a user to a group.
+#[argh(subcommand, name = "member")]
+pub struct GroupMember {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// group id
+    #[argh(option)]
+    pub group: i64,
+    /// the user's e-mail address
+    #[argh(option)]
+    pub email: String,
+}
+
+#[derive(FromArgs, Debug)]
+/// List groups.
+#[argh(subcommand, name = "list")]
+pub struct GroupList {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Delete a group (listed only with deleted=1; records keep their owner).
+#[argh(subcommand, name = "delete")]
+pub struct GroupDelete {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// group id
+    #[argh(option)]
+    pub group: i64,
+}

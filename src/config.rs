@@ -1,0 +1,677 @@
+//! Configuration: the raw mirror of config.toml (`Raw*`, serde types) and the validated,
+//! resolved form (`Config`) the rest of the program uses.
+//!
+//! Resolution turns relative paths into paths relative to the config file's folder, checks
+//! every value against the bounds in `limits`, and reports the first problem as a
+//! [`ConfigError`] naming the key. `main` maps that error to exit status 78.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits;
+use crate::model::{CustomField, CustomFieldKind, RecordType};
+
+/// A configuration problem, naming the key it is about.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "`{}`: {}", self.key, self.message)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw mirror of config.toml
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub http: RawHttp,
+    pub store: RawStore,
+    pub api: RawApi,
+    pub site: RawSite,
+    pub log: RawLog,
+    pub organizations: Vec<RawOrganization>,
+    pub fields: Vec<RawField>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHttp {
+    pub listen: Option<String>,
+    pub workers: Option<usize>,
+    pub queue_depth_max: Option<usize>,
+    pub connections_max: Option<usize>,
+    pub body_bytes_max: Option<usize>,
+    pub header_read_timeout_ms: Option<u64>,
+    pub body_read_timeout_ms: Option<u64>,
+    pub tls_listen: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStore {
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawApi {
+    pub quota_calls_per_hour: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSite {
+    pub timezone: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    pub level: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOrganization {
+    pub id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawField {
+    pub id: i64,
+    pub label: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub record_types: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolved configuration
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this configuration was read from; `None` for the built-in defaults.
+    pub source: Option<PathBuf>,
+    pub http: HttpConfig,
+    pub store: StoreConfig,
+    pub api: ApiConfig,
+    pub site: SiteConfig,
+    pub log: LogConfig,
+    pub organizations: Vec<Organization>,
+    pub fields: Arc<Vec<CustomField>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub listen: SocketAddr,
+    pub workers: usize,
+    pub queue_depth_max: usize,
+    pub connections_max: usize,
+    pub body_bytes_max: usize,
+    pub header_read_timeout_ms: u64,
+    pub body_read_timeout_ms: u64,
+    pub tls: Option<TlsConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    pub listen: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub quota_calls_per_hour: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct SiteConfig {
+    pub timezone_name: String,
+    pub timezone: jiff::tz::TimeZone,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub level: log::LevelFilter,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Organization {
+    pub id: String,
+    pub name: String,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_TLS_LISTEN: &str = "127.0.0.1:8443";
+pub const DEFAULT_STORE_PATH: &str = "data/sitegate.db";
+pub const DEFAULT_ORG_ID: &str = "main";
+pub const DEFAULT_ORG_NAME: &str = "Main organisation";
+
+/// Where the configuration comes from, as the command line says.
+pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+    match explicit {
+        Some(path) => {
+            if !path.is_file() {
+                return Err(ConfigError::new(
+                    "",
+                    format!("configuration file {} does not exist", path.display()),
+                ));
+            }
+            load_file(path)
+        }
+        None => {
+            let local = Path::new("config.toml");
+            if local.is_file() {
+                load_file(local)
+            } else {
+                resolve(RawConfig::default(), None)
+            }
+        }
+    }
+}
+
+fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        ConfigError::new(
+            "",
+            format!("cannot read configuration file {}: {err}", path.display()),
+        )
+    })?;
+    let raw = parse(&text).map_err(|mut err| {
+        err.message = format!("in {}: {}", path.display(), err.message);
+        err
+    })?;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    resolve(raw, Some(&absolute))
+}
+
+/// Parses config.toml text; the error names the offending key where toml tells it.
+pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str::<RawConfig>(text).map_err(|err| {
+        let message = err.message().to_string();
+        let key = key_at(text, err.span());
+        ConfigError::new(key, message)
+    })
+}
+
+/// Best effort: the dotted key whose value or name sits at `span` in the TOML text.
+fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    let Some(span) = span else {
+        return String::new();
+    };
+    let start = span.start.min(text.len());
+    let mut table = String::new();
+    let mut key = String::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let line_end = offset + line.len();
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            table = trimmed
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
+            key.clear();
+        } else if let Some((name, _)) = trimmed.split_once('=') {
+            if !trimmed.starts_with('#') {
+                key = name.trim().to_string();
+            }
+        }
+        if start < line_end {
+            if trimmed.starts_with('[') {
+                return table;
+            }
+            break;
+        }
+        offset = line_end;
+    }
+    match (table.is_empty(), key.is_empty()) {
+        (true, _) => key,
+        (false, true) => table,
+        (false, false) => format!("{table}.{key}"),
+    }
+}
+
+/// Validates a raw configuration and resolves it. `source` is the config file (absolute), if
+/// any: relative paths are relative to its folder, else to the current directory.
+pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigError> {
+    let base = source
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let relative = |value: &str| -> PathBuf {
+        let path = Path::new(value);
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            base.join(path)
+        }
+    };
+
+    // [http]
+    let h = &raw.http;
+    let listen = socket_addr("http.listen", h.listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
+    let workers = bounded(
+        "http.workers",
+        h.workers,
+        limits::HTTP_WORKERS_DEFAULT,
+        1,
+        limits::HTTP_WORKERS_CEILING,
+    )?;
+    let queue_depth_max = bounded(
+        "http.queue_depth_max",
+        h.queue_depth_max,
+        limits::HTTP_QUEUE_DEPTH_MAX_DEFAULT,
+        1,
+        limits::HTTP_QUEUE_DEPTH_MAX_CEILING,
+    )?;
+    let connections_max = bounded(
+        "http.connections_max",
+        h.connections_max,
+        limits::HTTP_CONNECTIONS_MAX_DEFAULT,
+        1,
+        limits::HTTP_CONNECTIONS_MAX_CEILING,
+    )?;
+    let body_bytes_max = bounded(
+        "http.body_bytes_max",
+        h.body_bytes_max,
+        limits::HTTP_BODY_BYTES_MAX_DEFAULT,
+        1024,
+        limits::HTTP_BODY_BYTES_MAX_CEILING,
+    )?;
+    let header_read_timeout_ms = bounded(
+        "http.header_read_timeout_ms",
+        h.header_read_timeout_ms,
+        limits::HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT,
+        limits::HTTP_TIMEOUT_MS_FLOOR,
+        limits::HTTP_TIMEOUT_MS_CEILING,
+    )?;
+    let body_read_timeout_ms = bounded(
+        "http.body_read_timeout_ms",
+        h.body_read_timeout_ms,
+        limits::HTTP_BODY_READ_TIMEOUT_MS_DEFAULT,
+        limits::HTTP_TIMEOUT_MS_FLOOR,
+        limits::HTTP_TIMEOUT_MS_CEILING,
+    )?;
+    let tls = match (&h.tls_cert, &h.tls_key) {
+        (None, None) => {
+            if h.tls_listen.is_some() {
+                return Err(ConfigError::new(
+                    "http.tls_listen",
+                    "needs http.tls_cert and http.tls_key",
+                ));
+            }
+            None
+        }
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                "http.tls_key",
+                "is required with http.tls_cert",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "http.tls_cert",
+                "is required with http.tls_key",
+            ));
+        }
+        (Some(cert), Some(key)) => {
+            let listen = socket_addr(
+                "http.tls_listen",
+                h.tls_listen.as_deref().unwrap_or(DEFAULT_TLS_LISTEN),
+            )?;
+            let (cert, key) = (relative(cert), relative(key));
+            crate::http::tls::check_files(&cert, &key)
+                .map_err(|(which, message)| ConfigError::new(format!("http.{which}"), message))?;
+            Some(TlsConfig { listen, cert, key })
+        }
+    };
+
+    // [store]
+    let store_path = raw.store.path.as_deref().unwrap_or(DEFAULT_STORE_PATH);
+    if store_path.trim().is_empty() {
+        return Err(ConfigError::new("store.path", "must not be empty"));
+    }
+
+    // [api]
+    let quota_calls_per_hour = bounded(
+        "api.quota_calls_per_hour",
+        raw.api.quota_calls_per_hour,
+        limits::QUOTA_CALLS_PER_HOUR_DEFAULT,
+        1,
+        limits::QUOTA_CALLS_PER_HOUR_CEILING,
+    )?;
+
+    // [site]
+    let timezone_name = raw
+        .site
+        .timezone
+        .clone()
+        .unwrap_or_else(|| "UTC".to_string());
+    let timezone = jiff::tz::TimeZone::get(&timezone_name).map_err(|_| {
+        ConfigError::new(
+            "site.timezone",
+            format!("unknown IANA time zone {timezone_name:?}"),
+        )
+    })?;
+
+    // [log]
+    let level_name = raw.log.level.clone().unwrap_or_else(|| "info".to_string());
+    let level = level_name.parse::<log::LevelFilter>().map_err(|_| {
+        ConfigError::new(
+            "log.level",
+            "must be one of off, error, warn, info, debug, trace",
+        )
+    })?;
+
+    // [[organizations]]
+    let mut organizations = Vec::new();
+    for (i, org) in raw.organizations.iter().enumerate() {
+        if org.id.is_empty()
+            || org.id.len() > 64
+            || !org.id.chars().all(|c| c.is_ascii_alphanumeric())
+        {
+            return Err(ConfigError::new(
+                format!("organizations[{i}].id"),
+                "must be 1 to 64 ASCII letters and digits",
+            ));
+        }
+        if organizations.iter().any(|o: &Organization| o.id == org.id) {
+            return Err(ConfigError::new(
+                format!("organizations[{i}].id"),
+                format!("{:?} appears twice", org.id),
+            ));
+        }
+        if org.name.trim().is_empty() || org.name.len() > limits::NAME_BYTES_MAX {
+            return Err(ConfigError::new(
+                format!("organizations[{i}].name"),
+                "must be 1 to 255 bytes",
+            ));
+        }
+        organizations.push(Organization {
+            id: org.id.clone(),
+            name: org.name.clone(),
+        });
+    }
+    if organizations.is_empty() {
+        organizations.push(Organization {
+            id: DEFAULT_ORG_ID.into(),
+            name: DEFAULT_ORG_NAME.into(),
+        });
+    }
+
+    // [[fields]]
+    let mut fields: Vec<CustomField> = Vec::new();
+    for (i, f) in raw.fields.iter().enumerate() {
+        let key = |name: &str| format!("fields[{i}].{name}");
+        if !(crate::model::CUSTOM_FIELD_ID_MIN..=crate::model::CUSTOM_FIELD_ID_MAX).contains(&f.id)
+        {
+            return Err(ConfigError::new(
+                key("id"),
+                "must be an integer from 1000 to 999999999",
+            ));
+        }
+        if fields.iter().any(|g| g.id == f.id) {
+            return Err(ConfigError::new(
+                key("id"),
+                format!("{} appears twice", f.id),
+            ));
+        }
+        if f.label.trim().is_empty() || f.label.len() > limits::NAME_BYTES_MAX {
+            return Err(ConfigError::new(key("label"), "must be 1 to 255 bytes"));
+        }
+        let kind = CustomFieldKind::parse(&f.kind).ok_or_else(|| {
+            ConfigError::new(key("type"), "must be one of text, select, date, number")
+        })?;
+        if kind == CustomFieldKind::Select && f.options.is_empty() {
+            return Err(ConfigError::new(
+                key("options"),
+                "a select field needs at least one option",
+            ));
+        }
+        if kind != CustomFieldKind::Select && !f.options.is_empty() {
+            return Err(ConfigError::new(
+                key("options"),
+                "only select fields have options",
+            ));
+        }
+        let mut record_types = Vec::new();
+        for segment in &f.record_types {
+            let t = RecordType::from_segment(segment).ok_or_else(|| {
+                ConfigError::new(
+                    key("record_types"),
+                    format!("{segment:?} is not one of contacts, companies, projectblogs, tickets"),
+                )
+            })?;
+            if !record_types.contains(&t) {
+                record_types.push(t);
+            }
+        }
+        if record_types.is_empty() {
+            record_types = RecordType::ALL.to_vec();
+        }
+        fields.push(CustomField {
+            id: f.id,
+            label: f.label.clone(),
+            kind,
+            options: f.options.clone(),
+            record_types,
+        });
+    }
+
+    Ok(Config {
+        source: source.map(Path::to_path_buf),
+        http: HttpConfig {
+            listen,
+            workers,
+            queue_depth_max,
+            connections_max,
+            body_bytes_max,
+            header_read_timeout_ms,
+            body_read_timeout_ms,
+            tls,
+        },
+        store: StoreConfig {
+            path: relative(store_path),
+        },
+        api: ApiConfig {
+            quota_calls_per_hour,
+        },
+        site: SiteConfig {
+            timezone_name,
+            timezone,
+        },
+        log: LogConfig { level },
+        organizations,
+        fields: Arc::new(fields),
+    })
+}
+
+fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .parse::<SocketAddr>()
+        .map_err(|_| ConfigError::new(key, format!("{value:?} is not an IP:PORT address")))
+}
+
+fn bounded<T>(key: &str, value: Option<T>, default: T, min: T, max: T) -> Result<T, ConfigError>
+where
+    T: PartialOrd + Copy + fmt::Display,
+{
+    let value = value.unwrap_or(default);
+    if value < min || value > max {
+        return Err(ConfigError::new(
+            key,
+            format!("{value} is outside {min}..={max}"),
+        ));
+    }
+    Ok(value)
+}
+
+impl Config {
+    /// The built-in defaults, as `serve` uses them without a config file.
+    pub fn defaults() -> Config {
+        resolve(RawConfig::default(), None).expect("built-in defaults are valid")
+    }
+
+    /// The resolved configuration as TOML, every key explicit (for `check-config`).
+    pub fn to_toml(&self) -> String {
+        let path = |p: &Path| p.display().to_string();
+        let raw = RawConfig {
+            http: RawHttp {
+                listen: Some(self.http.listen.to_string()),
+                workers: Some(self.http.workers),
+                queue_depth_max: Some(self.http.queue_depth_max),
+                connections_max: Some(self.http.connections_max),
+                body_bytes_max: Some(self.http.body_bytes_max),
+                header_read_timeout_ms: Some(self.http.header_read_timeout_ms),
+                body_read_timeout_ms: Some(self.http.body_read_timeout_ms),
+                tls_listen: self.http.tls.as_ref().map(|t| t.listen.to_string()),
+                tls_cert: self.http.tls.as_ref().map(|t| path(&t.cert)),
+                tls_key: self.http.tls.as_ref().map(|t| path(&t.key)),
+            },
+            store: RawStore {
+                path: Some(path(&self.store.path)),
+            },
+            api: RawApi {
+                quota_calls_per_hour: Some(self.api.quota_calls_per_hour),
+            },
+            site: RawSite {
+                timezone: Some(self.site.timezone_name.clone()),
+            },
+            log: RawLog {
+                level: Some(self.log.level.to_string().to_lowercase()),
+            },
+            organizations: self
+                .organizations
+                .iter()
+                .map(|o| RawOrganization {
+                    id: o.id.clone(),
+                    name: o.name.clone(),
+                })
+                .collect(),
+            fields: self
+                .fields
+                .iter()
+                .map(|f| RawField {
+                    id: f.id,
+                    label: f.label.clone(),
+                    kind: f.kind.as_str().to_string(),
+                    options: f.options.clone(),
+                    record_types: f
+                        .record_types
+                        .iter()
+                        .map(|t| t.segment().to_string())
+                        .collect(),
+                })
+                .collect(),
+        };
+        let mut out = String::new();
+        match &self.source {
+            Some(p) => out.push_str(&format!("# resolved from {}\n", p.display())),
+            None => out.push_str("# built-in defaults (no configuration file)\n"),
+        }
+        out.push_str(
+            &toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render: {e}\n")),
+        );
+        out
+    }
+
+    pub fn default_org(&self) -> &Organization {
+        &self.organizations[0]
+    }
+
+    pub fn org(&self, id: &str) -> Option<&Organization> {
+        self.organizations.iter().find(|o| o.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_err(text: &str, key: &str) {
+        let err = parse(text).and_then(|raw| resolve(raw, None)).unwrap_err();
+        assert_eq!(err.key, key, "message: {}", err.message);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        check_err("[http]\nworkers = 0\n", "http.workers");
+        check_err("[http]\nworkers = \"x\"\n", "http.workers");
+        check_err("[http]\nlisten = \"nope\"\n", "http.listen");
+        check_err("[http]\nbogus = 1\n", "http");
+        check_err("[site]\ntimezone = \"Mars/Base\"\n", "site.timezone");
+        check_err(
+            "[[organizations]]\nid = \"a-b\"\nname = \"x\"\n",
+            "organizations[0].id",
+        );
+        check_err(
+            "[[fields]]\nid = 1\nlabel = \"x\"\ntype = \"text\"\n",
+            "fields[0].id",
+        );
+        check_err(
+            "[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"blob\"\n",
+            "fields[0].type",
+        );
+        check_err(
+            "[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"select\"\n",
+            "fields[0].options",
+        );
+        check_err("[http]\ntls_cert = \"a.pem\"\n", "http.tls_key");
+        check_err(
+            "[api]\nquota_calls_per_hour = 0\n",
+            "api.quota_calls_per_hour",
+        );
+    }
+
+    #[test]
+    fn defaults_resolve() {
+        let c = Config::defaults();
+        assert_eq!(c.http.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.organizations.len(), 1);
+        assert_eq!(c.store.path, PathBuf::from(DEFAULT_STORE_PATH));
+    }
+
+    #[test]
+    fn relative_paths_follow_the_file() {
+        let raw = parse("[store]\npath = \"db/x.db\"\n").unwrap();
+        let c = resolve(raw, Some(Path::new("/etc/sitegate/config.toml"))).unwrap();
+        assert_eq!(c.store.path, PathBuf::from("/etc/sitegate/db/x.db"));
+    }
+}

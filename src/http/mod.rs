@@ -1,0 +1,229 @@
+//! The HTTP(S) server: hyper (HTTP/1.1) on the process's tokio runtime.
+//!
+//! Per listener: at most `connections_max` open connections (accepting pauses at the bound),
+//! a header read timeout that also closes idle kept-alive connections, a TLS handshake bound
+//! by the same timeout, bodies limited in size (413) and in time (408). A complete request is
+//! handed to the worker [`pool`]; its response always carries a Content-Length.
+//!
+//! Shutdown: stop accepting, let each connection finish the request in flight (graceful
+//! close), wait for the connections up to a grace period.
+
+pub mod pool;
+pub mod tls;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+use crate::api::{self, error::ApiError};
+use crate::config::HttpConfig;
+use crate::limits;
+use pool::{Pool, Refused};
+
+/// What every connection of a listener shares.
+pub struct Shared {
+    pub pool: Arc<Pool>,
+    pub body_bytes_max: usize,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub quota_allowed: u32,
+}
+
+impl Shared {
+    pub fn new(config: &HttpConfig, pool: Arc<Pool>, quota_allowed: u32) -> Shared {
+        Shared {
+            pool,
+            body_bytes_max: config.body_bytes_max,
+            header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
+            quota_allowed,
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` turns true, then waits for open connections to
+/// finish (up to the grace period).
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shared: Arc<Shared>,
+    connections_max: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(connections_max));
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = shutdown.changed() => break,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                log::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        let shutdown = shutdown.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match acceptor {
+                None => connection(TokioIo::new(stream), peer, shared, shutdown).await,
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(shared.header_read_timeout, acceptor.accept(stream))
+                            .await;
+                    match handshake {
+                        Ok(Ok(tls_stream)) => {
+                            connection(TokioIo::new(tls_stream), peer, shared, shutdown).await
+                        }
+                        Ok(Err(e)) => log::debug!("TLS handshake with {peer} failed: {e}"),
+                        Err(_) => log::debug!("TLS handshake with {peer} timed out"),
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    // Every connection holds a slot: all slots back means all connections closed.
+    let all = u32::try_from(connections_max).unwrap_or(u32::MAX);
+    let grace = Duration::from_millis(limits::HTTP_SHUTDOWN_GRACE_MS);
+    if tokio::time::timeout(grace, slots.acquire_many(all))
+        .await
+        .is_err()
+    {
+        log::warn!("connections still open after the shutdown grace period; closing them");
+    }
+}
+
+async fn connection<I>(
+    io: TokioIo<I>,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc_shared = Arc::clone(&shared);
+    let service = service_fn(move |req| {
+        let shared = Arc::clone(&svc_shared);
+        async move { Ok::<_, Infallible>(respond(req, peer, &shared).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.header_read_timeout)
+        .max_buf_size(limits::HTTP_HEAD_BYTES_MAX.max(8192))
+        .keep_alive(true)
+        // Clients that scan raw header text look for `Http-X-Service-Api-Call-Limit` as written.
+        .title_case_headers(true)
+        .serve_connection(io, service);
+    tokio::pin!(conn);
+    if *shutdown.borrow() {
+        conn.as_mut().graceful_shutdown();
+    }
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                log::debug!("connection from {peer}: {e}");
+            }
+        }
+        _ = shutdown.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+async fn respond(
+    req: hyper::Request<Incoming>,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> hyper::Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let query = parts.uri.query().unwrap_or("").to_string();
+    let early = |err: ApiError, close: bool| {
+        let mut resp = api::early_error(&parts.headers, &query, err, shared.quota_allowed);
+        if close {
+            resp.headers.push(("Connection", "close".into()));
+        }
+        to_hyper(resp)
+    };
+
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > shared.body_bytes_max as u64) {
+        return early(ApiError::too_large(shared.body_bytes_max), true);
+    }
+    let collected = tokio::time::timeout(
+        shared.body_read_timeout,
+        Limited::new(body, shared.body_bytes_max).collect(),
+    )
+    .await;
+    let body = match collected {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return early(ApiError::too_large(shared.body_bytes_max), true);
+        }
+        Ok(Err(e)) => {
+            return early(
+                ApiError::invalid_request(format!("the body could not be read: {e}")),
+                true,
+            );
+        }
+        Err(_) => return early(ApiError::request_timeout(), true),
+    };
+
+    let request = api::Request {
+        method: parts.method.clone(),
+        path: parts.uri.path().to_string(),
+        query: query.clone(),
+        headers: parts.headers.clone(),
+        body,
+        peer,
+    };
+    match shared.pool.submit(request) {
+        Ok(rx) => match rx.await {
+            Ok(resp) => to_hyper(resp),
+            Err(_) => early(ApiError::internal("a worker dropped a request"), false),
+        },
+        Err(Refused::Full(_)) => early(ApiError::busy(), false),
+    }
+}
+
+fn to_hyper(resp: api::Response) -> hyper::Response<Full<Bytes>> {
+    let mut builder = hyper::Response::builder().status(resp.status);
+    for (name, value) in &resp.headers {
+        builder = builder.header(*name, value.as_str());
+    }
+    builder
+        .body(Full::new(Bytes::from(resp.body)))
+        .unwrap_or_else(|e| {
+            log::error!("cannot build a response: {e}");
+            let mut r = hyper::Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+            r
+        })
+}

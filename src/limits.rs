@@ -1,0 +1,95 @@
+//! Every limit the service enforces, in one place, with units in the names.
+//!
+//! Limits an operator may tune have a `*_DEFAULT` here and a key in config.toml; the
+//! `*_CEILING` / `*_FLOOR` constants bound what the configuration may ask for. Limits without
+//! a config key are fixed by design.
+
+// --- HTTP --------------------------------------------------------------------------------
+
+/// Largest request body accepted (`[http] body_bytes_max`); larger bodies get 413.
+pub const HTTP_BODY_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+pub const HTTP_BODY_BYTES_MAX_CEILING: usize = 64 * 1024 * 1024;
+
+/// Threads that run API handlers (`[http] workers`).
+pub const HTTP_WORKERS_DEFAULT: usize = 4;
+pub const HTTP_WORKERS_CEILING: usize = 64;
+
+/// Requests waiting for a worker (`[http] queue_depth_max`); beyond it the answer is 503.
+pub const HTTP_QUEUE_DEPTH_MAX_DEFAULT: usize = 256;
+pub const HTTP_QUEUE_DEPTH_MAX_CEILING: usize = 65_536;
+
+/// Open client connections per listener (`[http] connections_max`); further clients wait in
+/// the kernel's accept backlog until a connection closes.
+pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 1024;
+pub const HTTP_CONNECTIONS_MAX_CEILING: usize = 100_000;
+
+/// Time a client has to send a request's headers, and the longest a kept-alive connection
+/// may sit idle between requests (`[http] header_read_timeout_ms`).
+pub const HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Time a client has to send a whole request body (`[http] body_read_timeout_ms`).
+pub const HTTP_BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const HTTP_TIMEOUT_MS_FLOOR: u64 = 100;
+pub const HTTP_TIMEOUT_MS_CEILING: u64 = 3_600_000;
+
+/// Bytes buffered for a request line plus headers; more gets 431 and a closed connection.
+/// hyper refuses buffers below 8192 bytes.
+pub const HTTP_HEAD_BYTES_MAX: usize = 16 * 1024;
+const _: () = assert!(HTTP_HEAD_BYTES_MAX >= 8192);
+
+/// How long shutdown waits for requests in flight before closing their connections.
+pub const HTTP_SHUTDOWN_GRACE_MS: u64 = 10_000;
+
+// --- Request input -------------------------------------------------------------------------
+
+/// Nesting depth of an XML, JSON or form body.
+pub const INPUT_DEPTH_MAX: usize = 32;
+/// Elements (XML) or values (JSON, form) in one body.
+pub const INPUT_NODES_MAX: usize = 20_000;
+/// Bytes of one field value.
+pub const FIELD_VALUE_BYTES_MAX: usize = 64 * 1024;
+/// Bytes of a short name (category tag, user or group name).
+pub const NAME_BYTES_MAX: usize = 255;
+/// Category tags or related items added or removed in one request.
+pub const REFERENCES_PER_REQUEST_MAX: usize = 1_000;
+/// Bytes of a list `searchvalue` or `filtervalue`.
+pub const SEARCH_VALUE_BYTES_MAX: usize = 1_024;
+/// Characters kept of a JSONP `callback` name.
+pub const JSONP_CALLBACK_CHARS_MAX: usize = 128;
+
+// --- Records -------------------------------------------------------------------------------
+
+/// Records per page of a list (`limit`): default and maximum, as the interface specifies.
+pub const LIST_LIMIT_DEFAULT: u32 = 50;
+pub const LIST_LIMIT_MAX: u32 = 5_000;
+/// Default window of the day-based list filters (`viewed`, `created`, `updated`, ...).
+pub const LIST_FILTER_DAYS_DEFAULT: u32 = 30;
+/// Default window of `duesoon`.
+pub const LIST_DUESOON_DAYS_DEFAULT: u32 = 7;
+/// Largest day window a list filter accepts.
+pub const LIST_FILTER_DAYS_MAX: u32 = 36_600;
+/// Fewest digits a `byphone` filter value must carry.
+pub const LIST_BYPHONE_DIGITS_MIN: usize = 3;
+
+// --- Quota ---------------------------------------------------------------------------------
+
+/// API calls per user per clock hour (`[api] quota_calls_per_hour`).
+pub const QUOTA_CALLS_PER_HOUR_DEFAULT: u32 = 10_000;
+pub const QUOTA_CALLS_PER_HOUR_CEILING: u32 = 100_000_000;
+/// How often the in-memory quota counters are written to the database.
+pub const QUOTA_FLUSH_INTERVAL_MS: u64 = 30_000;
+
+// --- Store ---------------------------------------------------------------------------------
+
+/// How long a write waits for another process (a CLI command) holding the write lock.
+pub const STORE_BUSY_TIMEOUT_MS: u64 = 5_000;
+/// Idle read connections kept open for reuse.
+pub const STORE_READERS_IDLE_MAX: usize = 16;
+/// "Viewed" stamps waiting to be written; when full, further stamps are dropped (and counted).
+pub const STORE_VIEWED_QUEUE_DEPTH_MAX: usize = 8_192;
+/// How often queued "viewed" stamps are written, in one transaction.
+pub const STORE_VIEWED_FLUSH_INTERVAL_MS: u64 = 1_000;
+
+// --- Users ---------------------------------------------------------------------------------
+
+/// Random bytes in an API token (256 bits).
+pub const TOKEN_BYTES: usize = 32;

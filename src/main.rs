@@ -1,0 +1,312 @@
+//! sitegate: one process and one SQLite file serving a customer-records REST API (and, as the
+//! product grows, BLE location, an MQTT feed and webhooks) on a site gateway.
+//!
+//! `main` parses the command line, runs the subcommand, and maps every failure to an exit
+//! status in one place (78 for a configuration error, as systemd's RestartPreventExitStatus
+//! expects).
+
+mod api;
+mod auth;
+mod cli;
+mod config;
+mod http;
+mod limits;
+mod model;
+mod quota;
+mod service;
+mod store;
+mod timefmt;
+
+use std::process::ExitCode;
+
+use cli::{Cli, Command, GroupCommand, UserCommand};
+use config::{Config, ConfigError};
+use model::PrincipalKind;
+use store::{NewUser, StoreError};
+
+/// Exit statuses (sysexits.h names).
+const EX_USAGE: u8 = 64;
+const EX_CONFIG: u8 = 78;
+
+enum Failure {
+    Config(ConfigError),
+    Usage(String),
+    Store(StoreError),
+    Serve(service::ServeError),
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Self {
+        Failure::Config(e)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::Store(e)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli: Cli = argh::from_env();
+    if cli.version {
+        println!("sitegate {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let Some(command) = cli.command else {
+        eprintln!("sitegate: no command given; `sitegate --help` lists them");
+        return ExitCode::from(EX_USAGE);
+    };
+    match run(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Config(e)) => {
+            eprintln!("sitegate: configuration error: {e}");
+            ExitCode::from(EX_CONFIG)
+        }
+        Err(Failure::Usage(m)) => {
+            eprintln!("sitegate: {m}");
+            ExitCode::from(EX_USAGE)
+        }
+        Err(Failure::Store(e)) => {
+            eprintln!("sitegate: {e}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Serve(e)) => {
+            eprintln!("sitegate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: log::LevelFilter) {
+    let mut builder = env_logger::Builder::new();
+    builder.filter_level(level);
+    // Under systemd the journal adds time stamps; a plain `level target: message` is enough.
+    builder.format(|buf, record| {
+        use std::io::Write;
+        writeln!(
+            buf,
+            "{} {}: {}",
+            record.level(),
+            record.target(),
+            record.args()
+        )
+    });
+    builder.parse_env("SITEGATE_LOG");
+    let _ = builder.try_init();
+}
+
+fn load(path: Option<&std::path::Path>) -> Result<Config, Failure> {
+    Ok(config::load(path)?)
+}
+
+fn org_of(config: &Config, org: Option<&str>) -> Result<String, Failure> {
+    match org {
+        None => Ok(config.default_org().id.clone()),
+        Some(id) => config
+            .org(id)
+            .map(|o| o.id.clone())
+            .ok_or_else(|| Failure::Usage(format!("no organisation {id:?} in the configuration"))),
+    }
+}
+
+fn check_email(email: &str) -> Result<(), Failure> {
+    let ok = email.split('@').count() == 2
+        && !email.starts_with('@')
+        && !email.ends_with('@')
+        && !email.chars().any(char::is_whitespace)
+        && email.len() <= limits::NAME_BYTES_MAX;
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::Usage(format!(
+            "{email:?} is not an e-mail address"
+        )))
+    }
+}
+
+fn check_name(name: &str) -> Result<(), Failure> {
+    if name.trim().is_empty()
+        || name.len() > limits::NAME_BYTES_MAX
+        || model::check_text(name).is_err()
+    {
+        return Err(Failure::Usage("a name is 1 to 255 bytes of text".into()));
+    }
+    Ok(())
+}
+
+fn not_found(what: String) -> impl FnOnce(StoreError) -> Failure {
+    move |e| match e {
+        StoreError::NotFound => Failure::Usage(what),
+        other => Failure::Store(other),
+    }
+}
+
+fn run(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Serve(s) => {
+            let config = load(s.config.as_deref())?;
+            init_logging(config.log.level);
+            service::serve(config).map_err(Failure::Serve)
+        }
+        Command::CheckConfig(c) => {
+            let config = load(c.config.as_deref())?;
+            print!("{}", config.to_toml());
+            Ok(())
+        }
+        Command::User(u) => match u.command {
+            UserCommand::Add(a) => {
+                let config = load(a.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                check_email(&a.email)?;
+                check_name(&a.name)?;
+                let org = org_of(&config, a.org.as_deref())?;
+                let store = service::open_store(&config)?;
+                let token = auth::new_token();
+                store
+                    .create_user(&NewUser {
+                        org: &org,
+                        email: &a.email,
+                        name: a.name.trim(),
+                        admin: a.admin,
+                        prevent_private: a.prevent_private_data,
+                        groups: &a.group,
+                        token_sha256: &auth::token_hash(&token),
+                    })
+                    .map_err(|e| match e {
+                        StoreError::Duplicate(m) | StoreError::BadReference(m) => Failure::Usage(m),
+                        other => Failure::Store(other),
+                    })?;
+                println!("{token}");
+                Ok(())
+            }
+            UserCommand::Token(t) => {
+                let config = load(t.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                let token = auth::new_token();
+                store
+                    .set_token(&t.email, &auth::token_hash(&token))
+                    .map_err(not_found(format!("no user with e-mail {}", t.email)))?;
+                println!("{token}");
+                Ok(())
+            }
+            UserCommand::List(l) => {
+                let config = load(l.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                println!("id\torg\temail\tname\tflags");
+                for p in store
+                    .all_principals()?
+                    .iter()
+                    .filter(|p| p.kind == PrincipalKind::User)
+                {
+                    let mut flags = Vec::new();
+                    if p.admin {
+                        flags.push("admin");
+                    }
+                    if p.prevent_login {
+                        flags.push("disabled");
+                    }
+                    if p.prevent_private {
+                        flags.push("no-private-data");
+                    }
+                    if p.deleted {
+                        flags.push("deleted");
+                    }
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}",
+                        p.id,
+                        p.org,
+                        p.email,
+                        p.name,
+                        flags.join(",")
+                    );
+                }
+                Ok(())
+            }
+            UserCommand::Disable(d) => {
+                let config = load(d.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                store
+                    .disable_user(&d.email, true)
+                    .map_err(not_found(format!("no user with e-mail {}", d.email)))
+            }
+            UserCommand::Enable(d) => {
+                let config = load(d.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                store
+                    .disable_user(&d.email, false)
+                    .map_err(not_found(format!("no user with e-mail {}", d.email)))
+            }
+            UserCommand::Delete(d) => {
+                let config = load(d.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                store
+                    .delete_user(&d.email)
+                    .map_err(not_found(format!("no user with e-mail {}", d.email)))
+            }
+        },
+        Command::Group(g) => match g.command {
+            GroupCommand::Add(a) => {
+                let config = load(a.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                check_name(&a.name)?;
+                if let Some(email) = &a.email {
+                    check_email(email)?;
+                }
+                let org = org_of(&config, a.org.as_deref())?;
+                let store = service::open_store(&config)?;
+                let id = store
+                    .create_group(&org, a.name.trim(), a.email.as_deref().unwrap_or(""))
+                    .map_err(|e| match e {
+                        StoreError::Duplicate(m) => Failure::Usage(m),
+                        other => Failure::Store(other),
+                    })?;
+                println!("{id}");
+                Ok(())
+            }
+            GroupCommand::Member(m) => {
+                let config = load(m.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                store.add_member(m.group, &m.email).map_err(|e| match e {
+                    StoreError::BadReference(msg) => Failure::Usage(msg),
+                    other => Failure::Store(other),
+                })
+            }
+            GroupCommand::List(l) => {
+                let config = load(l.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                println!("id\torg\tname\temail\tflags");
+                for p in store
+                    .all_principals()?
+                    .iter()
+                    .filter(|p| p.kind == PrincipalKind::Group)
+                {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}",
+                        p.id,
+                        p.org,
+                        p.name,
+                        p.email,
+                        if p.deleted { "deleted" } else { "" }
+                    );
+                }
+                Ok(())
+            }
+            GroupCommand::Delete(d) => {
+                let config = load(d.config.as_deref())?;
+                init_logging(log::LevelFilter::Warn);
+                let store = service::open_store(&config)?;
+                store
+                    .delete_group(d.group)
+                    .map_err(not_found(format!("no group {}", d.group)))
+            }
+        },
+    }
+}

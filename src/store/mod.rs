@@ -1,0 +1,271 @@
+//! The store: the only module that touches SQLite.
+//!
+//! One SQLite file in WAL mode. Writes go through one writer connection (a mutex orders them
+//! inside the process; `busy_timeout` orders them against CLI commands writing at the same
+//! time), each in a `BEGIN IMMEDIATE` transaction. Reads use pooled connections and never wait
+//! for the writer. `synchronous = FULL`: a commit is on disk (WAL fsynced) before the API answers
+//! 2xx, so an acknowledged write survives kill -9 and power loss.
+//!
+//! Callers see domain types and [`StoreError`], never rusqlite types.
+
+mod principals;
+mod quota;
+mod records;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::limits;
+
+pub use principals::NewUser;
+pub use records::{
+    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow,
+    RelatedItem, Search, SearchMode, SortField,
+};
+
+/// What went wrong in the store, in terms a caller can act on.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The addressed item does not exist or is not visible to the caller.
+    NotFound,
+    /// The request names something that does not exist or cannot be used (a category tag of
+    /// another record type, an unknown related item, an unknown user or group id).
+    BadReference(String),
+    /// The caller may not do this (ownership by someone else's group).
+    Forbidden(String),
+    /// A unique name or e-mail already exists.
+    Duplicate(String),
+    /// Another process held the write lock for longer than the busy timeout.
+    Busy,
+    /// The database itself failed (I/O error, corruption, full disk).
+    Internal(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::NotFound => write!(f, "not found"),
+            StoreError::BadReference(m) | StoreError::Forbidden(m) | StoreError::Duplicate(m) => {
+                write!(f, "{m}")
+            }
+            StoreError::Busy => write!(f, "the database is busy"),
+            StoreError::Internal(m) => write!(f, "database error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> StoreError {
+        match err.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
+            _ => StoreError::Internal(err.to_string()),
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+pub struct Store {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    viewed_tx: crossbeam_channel::Sender<(i64, i64)>,
+    viewed_rx: crossbeam_channel::Receiver<(i64, i64)>,
+    viewed_dropped: AtomicU64,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Store> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Internal(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        let created = !path.exists();
+        let writer = Connection::open(path)
+            .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
+        if created {
+            restrict_permissions(path);
+        }
+        configure(&writer, true)?;
+        migrate(&writer)?;
+        let (viewed_tx, viewed_rx) =
+            crossbeam_channel::bounded(limits::STORE_VIEWED_QUEUE_DEPTH_MAX);
+        Ok(Store {
+            path: path.to_path_buf(),
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+            viewed_tx,
+            viewed_rx,
+            viewed_dropped: AtomicU64::new(0),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a read connection inside one read transaction (a consistent snapshot).
+    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let pooled = self
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => {
+                let c = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                configure(&c, false)?;
+                c
+            }
+        };
+        let out = {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let out = f(&tx);
+            // A read transaction has nothing to commit; finishing it releases the snapshot.
+            tx.finish()?;
+            out
+        };
+        let mut pool = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < limits::STORE_READERS_IDLE_MAX {
+            pool.push(conn);
+        }
+        out
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer; commits if `f` succeeds.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Notes that an item was shown. Stamps are written in batches by [`Store::flush_viewed`];
+    /// when the queue is full the stamp is dropped and counted.
+    pub fn note_viewed(&self, item: i64, at: i64) {
+        if self.viewed_tx.try_send((item, at)).is_err() {
+            self.viewed_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Stamps dropped because the queue was full, since start.
+    pub fn viewed_dropped(&self) -> u64 {
+        self.viewed_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes the queued "viewed" stamps in one transaction; returns how many.
+    pub fn flush_viewed(&self) -> Result<usize> {
+        let stamps: Vec<(i64, i64)> = self
+            .viewed_rx
+            .try_iter()
+            .take(limits::STORE_VIEWED_QUEUE_DEPTH_MAX)
+            .collect();
+        if stamps.is_empty() {
+            return Ok(0);
+        }
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE items SET viewed = max(coalesce(viewed, 0), ?2) WHERE id = ?1",
+            )?;
+            for (id, at) in &stamps {
+                stmt.execute((id, at))?;
+            }
+            Ok(stamps.len())
+        })
+    }
+
+    /// `PRAGMA integrity_check` answered "ok".
+    pub fn integrity_ok(&self) -> Result<bool> {
+        self.read(|tx| {
+            let answer: String = tx.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+            Ok(answer == "ok")
+        })
+    }
+}
+
+fn configure(conn: &Connection, writer: bool) -> Result<()> {
+    conn.busy_timeout(Duration::from_millis(limits::STORE_BUSY_TIMEOUT_MS))?;
+    if writer {
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Internal(format!(
+                "cannot switch to WAL (journal_mode is {mode})"
+            )));
+        }
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    if !writer {
+        conn.execute_batch("PRAGMA query_only = ON;")?;
+    }
+    conn.set_prepared_statement_cache_capacity(64);
+    register_functions(conn)?;
+    Ok(())
+}
+
+/// SQL functions the queries use: `sg_digits(text)` keeps only the ASCII digits.
+fn register_functions(conn: &Connection) -> Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        "sg_digits",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let text: Option<String> = ctx.get(0)?;
+            Ok(text.map(|t| t.chars().filter(char::is_ascii_digit).collect::<String>()))
+        },
+    )?;
+    Ok(())
+}
+
+fn migrate(conn: &Connection) -> Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let known = schema::MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(StoreError::Internal(format!(
+            "the database has schema version {version}, newer than this sitegate knows ({known}); \
+             run the newer sitegate or restore a backup"
+        )));
+    }
+    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {};\nCOMMIT;",
+            i + 1
+        ))
+        .map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            StoreError::Internal(format!("migration {} failed: {e}", i + 1))
+        })?;
+        log::info!("database schema migrated to version {}", i + 1);
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn restrict_permissions(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+        log::warn!("cannot restrict permissions of {}: {e}", path.display());
+    }
+}
+
+#[cfg(not(unix))]
+fn restrict_permissions(_path: &Path) {}
+
+/// A JSON array of integers, for `IN (SELECT value FROM json_each(?))`.
+fn json_ids(ids: &[i64]) -> String {
+    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
+}

@@ -1,0 +1,296 @@
+//! Organisations, users, groups and memberships.
+
+use rusqlite::{OptionalExtension, Row, Transaction};
+
+use super::{Result, Store, StoreError, json_ids};
+use crate::config::Organization;
+use crate::model::{Principal, PrincipalKind, Viewer};
+use crate::timefmt::now_secs;
+
+const USER: i64 = 1;
+const GROUP: i64 = 2;
+
+/// What authentication needs to know of a user, looked up by e-mail.
+pub struct Credentials {
+    pub user_id: i64,
+    pub token_sha256: Vec<u8>,
+    /// Disabled or deleted: refused even with the right token.
+    pub refused: bool,
+}
+
+/// A new user, as `sitegate user add` asks for it.
+pub struct NewUser<'a> {
+    pub org: &'a str,
+    pub email: &'a str,
+    pub name: &'a str,
+    pub admin: bool,
+    pub prevent_private: bool,
+    pub groups: &'a [i64],
+    pub token_sha256: &'a [u8],
+}
+
+const PRINCIPAL_COLUMNS: &str =
+    "id, kind, org, name, email, admin, prevent_login, prevent_private, deleted";
+
+fn principal_from_row(row: &Row<'_>) -> rusqlite::Result<Principal> {
+    Ok(Principal {
+        id: row.get(0)?,
+        kind: if row.get::<_, i64>(1)? == USER {
+            PrincipalKind::User
+        } else {
+            PrincipalKind::Group
+        },
+        org: row.get(2)?,
+        name: row.get(3)?,
+        email: row.get(4)?,
+        admin: row.get(5)?,
+        prevent_login: row.get(6)?,
+        prevent_private: row.get(7)?,
+        deleted: row.get(8)?,
+    })
+}
+
+impl Store {
+    /// Makes the organisations table match the configuration's list (adds, renames; never
+    /// removes, so data of an organisation taken out of the config is kept).
+    pub fn sync_organizations(&self, orgs: &[Organization]) -> Result<()> {
+        self.write(|tx| {
+            for o in orgs {
+                tx.execute(
+                    "INSERT INTO organizations (id, name) VALUES (?1, ?2)
+                     ON CONFLICT (id) DO UPDATE SET name = excluded.name",
+                    (&o.id, &o.name),
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn user_count(&self) -> Result<i64> {
+        self.read(|tx| {
+            Ok(
+                tx.query_row("SELECT count(*) FROM principals WHERE kind = 1", [], |r| {
+                    r.get(0)
+                })?,
+            )
+        })
+    }
+
+    pub fn create_user(&self, u: &NewUser<'_>) -> Result<i64> {
+        self.write(|tx| {
+            if email_taken(tx, u.email)? {
+                return Err(StoreError::Duplicate(format!("a user with e-mail {} already exists", u.email)));
+            }
+            for g in u.groups {
+                group_in_org(tx, *g, u.org)?;
+            }
+            tx.execute(
+                "INSERT INTO principals (org, kind, name, email, token_sha256, admin, prevent_private, created)
+                 VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                (u.org, u.name, u.email, u.token_sha256, u.admin, u.prevent_private, now_secs()),
+            )?;
+            let id = tx.last_insert_rowid();
+            for g in u.groups {
+                tx.execute("INSERT OR IGNORE INTO memberships (group_id, user_id) VALUES (?1, ?2)", (g, id))?;
+            }
+            Ok(id)
+        })
+    }
+
+    /// Replaces a user's token hash (a new token); refuses deleted users.
+    pub fn set_token(&self, email: &str, token_sha256: &[u8]) -> Result<()> {
+        self.write(|tx| {
+            let n = tx.execute(
+                "UPDATE principals SET token_sha256 = ?2 WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
+                (email, token_sha256),
+            )?;
+            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        })
+    }
+
+    /// Sets `preventlogin`: the user can no longer call the API.
+    pub fn disable_user(&self, email: &str, disabled: bool) -> Result<()> {
+        self.write(|tx| {
+            let n = tx.execute(
+                "UPDATE principals SET prevent_login = ?2 WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
+                (email, disabled),
+            )?;
+            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        })
+    }
+
+    /// Marks a user deleted: refused at login, listed by /ownership only with `deleted=1`.
+    /// Their records keep their ownership.
+    pub fn delete_user(&self, email: &str) -> Result<()> {
+        self.write(|tx| {
+            let n = tx.execute(
+                "UPDATE principals SET deleted = 1, token_sha256 = NULL
+                 WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
+                [email],
+            )?;
+            if n == 0 {
+                Err(StoreError::NotFound)
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    pub fn create_group(&self, org: &str, name: &str, email: &str) -> Result<i64> {
+        self.write(|tx| {
+            let exists: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM principals WHERE kind = 2 AND org = ?1 AND deleted = 0 AND name = ?2 COLLATE NOCASE",
+                    (org, name),
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(id) = exists {
+                return Err(StoreError::Duplicate(format!("group {name:?} already exists with id {id}")));
+            }
+            tx.execute(
+                "INSERT INTO principals (org, kind, name, email, created) VALUES (?1, 2, ?2, ?3, ?4)",
+                (org, name, email, now_secs()),
+            )?;
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    pub fn delete_group(&self, group_id: i64) -> Result<()> {
+        self.write(|tx| {
+            let n = tx.execute(
+                "UPDATE principals SET deleted = 1 WHERE kind = 2 AND deleted = 0 AND id = ?1",
+                [group_id],
+            )?;
+            if n == 0 {
+                Err(StoreError::NotFound)
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    /// Adds a user to a group of the same organisation.
+    pub fn add_member(&self, group_id: i64, email: &str) -> Result<()> {
+        self.write(|tx| {
+            let user: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT id, org FROM principals WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
+                    [email],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let (user_id, org) = user.ok_or_else(|| StoreError::BadReference(format!("no user with e-mail {email}")))?;
+            group_in_org(tx, group_id, &org)?;
+            tx.execute("INSERT OR IGNORE INTO memberships (group_id, user_id) VALUES (?1, ?2)", (group_id, user_id))?;
+            Ok(())
+        })
+    }
+
+    /// Every user and group, of every organisation (for `sitegate user list`).
+    pub fn all_principals(&self) -> Result<Vec<Principal>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {PRINCIPAL_COLUMNS} FROM principals ORDER BY org, kind, id"
+            ))?;
+            let rows = stmt.query_map([], principal_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Users and groups of one organisation, for /ownership.
+    pub fn ownership(&self, org: &str, include_deleted: bool) -> Result<Vec<Principal>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT {PRINCIPAL_COLUMNS} FROM principals WHERE org = ?1 AND (?2 OR deleted = 0) ORDER BY kind, name COLLATE NOCASE, id"
+            ))?;
+            let rows = stmt.query_map((org, include_deleted), principal_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    pub fn credentials(&self, email: &str) -> Result<Option<Credentials>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, token_sha256, prevent_login OR deleted FROM principals
+                 WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
+            )?;
+            Ok(stmt
+                .query_row([email], |r| {
+                    Ok(Credentials {
+                        user_id: r.get(0)?,
+                        token_sha256: r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                        refused: r.get(2)?,
+                    })
+                })
+                .optional()?)
+        })
+    }
+
+    /// The viewer a user id acts as: organisation, administrator flag and group ids.
+    pub fn viewer(&self, user_id: i64) -> Result<Viewer> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT name, org, admin, prevent_private FROM principals WHERE id = ?1 AND kind = 1",
+            )?;
+            let (name, org, admin, prevent_private) = stmt
+                .query_row([user_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()?
+                .ok_or(StoreError::NotFound)?;
+            let mut stmt = tx.prepare_cached(
+                "SELECT m.group_id FROM memberships m JOIN principals g ON g.id = m.group_id
+                 WHERE m.user_id = ?1 AND g.deleted = 0 ORDER BY m.group_id",
+            )?;
+            let groups = stmt.query_map([user_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
+            Ok(Viewer { user_id, name, org, admin, prevent_private, groups })
+        })
+    }
+}
+
+fn email_taken(tx: &Transaction<'_>, email: &str) -> Result<bool> {
+    Ok(tx
+        .query_row(
+            "SELECT 1 FROM principals WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
+            [email],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some())
+}
+
+fn group_in_org(tx: &Transaction<'_>, group_id: i64, org: &str) -> Result<()> {
+    let found = tx
+        .query_row(
+            "SELECT 1 FROM principals WHERE id = ?1 AND kind = 2 AND deleted = 0 AND org = ?2",
+            (group_id, org),
+            |_| Ok(()),
+        )
+        .optional()?;
+    found.ok_or_else(|| {
+        StoreError::BadReference(format!("no group {group_id} in organisation {org}"))
+    })
+}
+
+/// The kind of a live (not deleted) user or group of `org`, if `id` is one.
+pub(super) fn principal_kind(
+    tx: &Transaction<'_>,
+    org: &str,
+    id: i64,
+) -> Result<Option<PrincipalKind>> {
+    let kind: Option<i64> = tx
+        .prepare_cached("SELECT kind FROM principals WHERE id = ?1 AND org = ?2 AND deleted = 0")?
+        .query_row((id, org), |r| r.get(0))
+        .optional()?;
+    Ok(kind.map(|k| {
+        if k == GROUP {
+            PrincipalKind::Group
+        } else {
+            PrincipalKind::User
+        }
+    }))
+}
+
+/// `viewer.owner_ids()` as a JSON array, for visibility clauses.
+pub(super) fn owner_ids_json(viewer: &Viewer) -> String {
+    json_ids(&viewer.owner_ids())
+}

@@ -1,0 +1,923 @@
+//! Records (contacts, companies, project blogs, tickets): create, update, soft delete, show,
+//! list with filters and searches; their category tags and related items.
+
+use std::collections::HashMap;
+
+use rusqlite::types::Value;
+use rusqlite::{OptionalExtension, Row, ToSql, Transaction};
+
+use super::principals::{owner_ids_json, principal_kind};
+use super::{Result, Store, StoreError, json_ids};
+use crate::model::{FieldValues, PrincipalKind, RecordType, Viewer};
+use crate::timefmt::now_secs;
+
+/// A record as Show and List return it.
+#[derive(Clone, Debug)]
+pub struct RecordRow {
+    pub id: i64,
+    pub record_type: RecordType,
+    pub name: String,
+    pub fields: FieldValues,
+    pub ownership: i64,
+    pub flagged: bool,
+    pub created: i64,
+    pub updated: i64,
+    pub viewed: Option<i64>,
+    pub creator_id: i64,
+    pub creator_name: String,
+    pub modificator_id: i64,
+    pub modificator_name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CategoryRef {
+    pub id: i64,
+    pub name: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct RelatedItem {
+    pub id: i64,
+    pub typeid: i64,
+    pub name: String,
+    pub note: String,
+}
+
+/// An activity under a record, as Show lists it.
+#[derive(Clone, Debug)]
+pub struct ActivityRow {
+    pub id: i64,
+    pub typeid: i64,
+    pub parent: i64,
+    pub level: i64,
+    pub position: i64,
+    pub name: String,
+    pub fields: FieldValues,
+    pub flagged: bool,
+    pub created: i64,
+    pub updated: i64,
+    pub viewed: Option<i64>,
+    pub creator_id: i64,
+    pub creator_name: String,
+    pub modificator_id: i64,
+    pub modificator_name: String,
+}
+
+pub struct RecordDetail {
+    pub record: RecordRow,
+    pub activities: Vec<ActivityRow>,
+    pub categories: Vec<CategoryRef>,
+    pub related: Vec<RelatedItem>,
+}
+
+pub struct NewRecord {
+    pub record_type: RecordType,
+    pub fields: FieldValues,
+    /// `None`: the creating user.
+    pub ownership: Option<i64>,
+    pub flagged: bool,
+    pub categories_add: Vec<i64>,
+    pub related_add: Vec<(i64, String)>,
+}
+
+#[derive(Default)]
+pub struct RecordChanges {
+    /// Fields to set; an empty value clears the field.
+    pub fields: FieldValues,
+    pub ownership: Option<i64>,
+    pub flagged: Option<bool>,
+    pub categories_add: Vec<i64>,
+    pub categories_remove: Vec<i64>,
+    pub related_add: Vec<(i64, String)>,
+    pub related_remove: Vec<i64>,
+}
+
+/// What an update changed in the category tags (for the categorize events).
+#[derive(Debug, Default)]
+pub struct UpdateOutcome {
+    pub categories_added: Vec<i64>,
+    pub categories_removed: Vec<i64>,
+}
+
+/// The primary filter of a list (`filtermode`), resolved to values.
+#[derive(Clone, Debug)]
+pub enum Filter {
+    None,
+    Flagged,
+    Assigned(Vec<i64>),
+    NoCategory,
+    ViewedSince(i64),
+    NotViewedSince(i64),
+    CreatedSince(i64),
+    UpdatedSince(i64),
+    NotUpdatedSince(i64),
+    UpdatedAfter(i64),
+    /// Open, dated tasks and follow-ups due from the first date through the second (YYYY-MM-DD).
+    DueBetween(String, String),
+    /// Open, dated tasks and follow-ups due before the date.
+    DueBefore(String),
+    Owner(i64),
+    Category {
+        ids: Vec<i64>,
+        all: bool,
+    },
+    Archived,
+    /// Has an address in one of `email_fields` and no e-mail activity (linked or scheduled e-mails).
+    Unsent {
+        email_fields: Vec<String>,
+    },
+    /// The digits of one of `fields` end with `digits`.
+    ByPhone {
+        digits: String,
+        fields: Vec<String>,
+    },
+    /// One of `fields` equals the address, ignoring ASCII case.
+    ByEmail {
+        address: String,
+        fields: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchMode {
+    StartsWith,
+    Contains,
+    Empty,
+    NotEmpty,
+}
+
+/// The secondary search of a list (`searchmode` + `searchvalue`).
+#[derive(Clone, Debug)]
+pub enum Search {
+    /// The record's name and fields, and the titles and fields of its activities.
+    Any { mode: SearchMode, value: String },
+    /// The record's name and fields only.
+    AnyItem { mode: SearchMode, value: String },
+    /// The titles and fields of the record's activities only.
+    AnyJournal { mode: SearchMode, value: String },
+    /// One field.
+    Field {
+        name: String,
+        mode: SearchMode,
+        value: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortField {
+    Name,
+    Created,
+    Flagged,
+    Updated,
+}
+
+#[derive(Clone, Debug)]
+pub struct ListQuery {
+    pub record_type: RecordType,
+    pub filter: Filter,
+    pub search: Option<Search>,
+    pub sort: SortField,
+    pub descending: bool,
+    pub limit: u32,
+    pub start: u64,
+    pub with_categories: bool,
+}
+
+pub struct ListEntry {
+    pub record: RecordRow,
+    /// Names of related companies, comma-joined.
+    pub company: String,
+    /// The first related company's id, 0 when none.
+    pub parent_id: i64,
+    pub categories: Vec<CategoryRef>,
+}
+
+/// Typeids of the activities that are e-mail activity for `unsent`: linked e-mails, scheduled e-mail.
+const EMAIL_ACTIVITY_TYPEIDS: &str = "(90, 88)";
+/// Typeid of companies, for the `company` column.
+const COMPANY_TYPEID: i64 = 40;
+
+const RECORD_COLUMNS: &str = "i.id, i.typeid, i.name, i.fields, i.ownership, i.flagged, i.created, i.updated, \
+     i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, '')";
+const AUDIT_JOINS: &str =
+    "LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator";
+
+fn parse_fields(text: &str) -> FieldValues {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+fn fields_json(fields: &FieldValues) -> String {
+    serde_json::to_string(fields).unwrap_or_else(|_| "{}".into())
+}
+
+fn record_from_row(row: &Row<'_>) -> rusqlite::Result<RecordRow> {
+    let typeid: i64 = row.get(1)?;
+    Ok(RecordRow {
+        id: row.get(0)?,
+        record_type: RecordType::from_typeid(typeid).unwrap_or(RecordType::Contact),
+        name: row.get(2)?,
+        fields: parse_fields(&row.get::<_, String>(3)?),
+        ownership: row.get(4)?,
+        flagged: row.get(5)?,
+        created: row.get(6)?,
+        updated: row.get(7)?,
+        viewed: row.get(8)?,
+        creator_id: row.get(9)?,
+        creator_name: row.get(10)?,
+        modificator_id: row.get(11)?,
+        modificator_name: row.get(12)?,
+    })
+}
+
+/// SQL that is true when the item aliased `alias` is visible to the viewer; binds `:owners`.
+fn visible(viewer: &Viewer, alias: &str) -> String {
+    if viewer.admin {
+        "1".to_string()
+    } else {
+        format!("{alias}.ownership IN (SELECT value FROM json_each(:owners))")
+    }
+}
+
+impl Store {
+    pub fn create_record(&self, viewer: &Viewer, new: NewRecord) -> Result<i64> {
+        self.write(|tx| {
+            let ownership = match new.ownership {
+                Some(o) => o,
+                None if viewer.prevent_private => {
+                    return Err(StoreError::Forbidden(
+                        "this user may not own private records: give a group id as ownership".into(),
+                    ))
+                }
+                None => viewer.user_id,
+            };
+            check_ownership(tx, viewer, ownership)?;
+            check_principal_fields(tx, viewer, &new.fields)?;
+            let now = now_secs();
+            let name = new.record_type.display_name(&new.fields);
+            tx.execute(
+                "INSERT INTO items (org, typeid, ownership, name, fields, flagged, created, updated, creator, modificator)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?8)",
+                (
+                    &viewer.org,
+                    new.record_type.typeid(),
+                    ownership,
+                    &name,
+                    fields_json(&new.fields),
+                    new.flagged,
+                    now,
+                    viewer.user_id,
+                ),
+            )?;
+            let id = tx.last_insert_rowid();
+            tx.execute("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
+            add_categories(tx, viewer, new.record_type, id, &new.categories_add)?;
+            add_related(tx, viewer, id, &new.related_add)?;
+            Ok(id)
+        })
+    }
+
+    pub fn update_record(
+        &self,
+        viewer: &Viewer,
+        record_type: RecordType,
+        id: i64,
+        changes: RecordChanges,
+    ) -> Result<UpdateOutcome> {
+        self.write(|tx| {
+            let current = load_record(tx, viewer, record_type, id)?;
+            let mut fields = current.fields.clone();
+            for (k, v) in &changes.fields {
+                if v.is_empty() {
+                    fields.remove(k);
+                } else {
+                    fields.insert(k.clone(), v.clone());
+                }
+            }
+            check_principal_fields(tx, viewer, &changes.fields)?;
+            let ownership = match changes.ownership {
+                Some(o) if o != current.ownership => {
+                    check_ownership(tx, viewer, o)?;
+                    o
+                }
+                _ => current.ownership,
+            };
+            let flagged = changes.flagged.unwrap_or(current.flagged);
+            let name = record_type.display_name(&fields);
+            tx.execute(
+                "UPDATE items SET name = ?2, fields = ?3, ownership = ?4, flagged = ?5, updated = ?6, modificator = ?7
+                 WHERE id = ?1",
+                (id, &name, fields_json(&fields), ownership, flagged, now_secs(), viewer.user_id),
+            )?;
+            let added = add_categories(tx, viewer, record_type, id, &changes.categories_add)?;
+            let removed = remove_categories(tx, viewer, record_type, id, &changes.categories_remove)?;
+            add_related(tx, viewer, id, &changes.related_add)?;
+            for related in &changes.related_remove {
+                tx.execute("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, related))?;
+            }
+            Ok(UpdateOutcome { categories_added: added, categories_removed: removed })
+        })
+    }
+
+    /// Archives the record and its activities together (soft delete).
+    pub fn delete_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
+        self.write(|tx| {
+            load_record(tx, viewer, record_type, id)?;
+            let now = now_secs();
+            tx.execute(
+                "UPDATE items SET archived = ?1, updated = ?2, modificator = ?3
+                 WHERE (id = ?1 OR record_id = ?1) AND archived IS NULL",
+                (id, now, viewer.user_id),
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn show_record(
+        &self,
+        viewer: &Viewer,
+        record_type: RecordType,
+        id: i64,
+    ) -> Result<RecordDetail> {
+        let detail = self.read(|tx| {
+            let record = load_record(tx, viewer, record_type, id)?;
+            let categories = categories_of(tx, &[id])?.remove(&id).unwrap_or_default();
+            let related = related_of(tx, viewer, id)?;
+            let activities = activities_of(tx, id)?;
+            Ok(RecordDetail {
+                record,
+                activities,
+                categories,
+                related,
+            })
+        })?;
+        Ok(detail)
+    }
+
+    pub fn list_records(&self, viewer: &Viewer, q: &ListQuery) -> Result<(Vec<ListEntry>, u64)> {
+        self.read(|tx| {
+            let mut params: Vec<(&'static str, Value)> = Vec::new();
+            if !viewer.admin {
+                params.push((":owners", Value::Text(owner_ids_json(viewer))));
+            }
+            params.push((":org", Value::Text(viewer.org.clone())));
+            params.push((":typeid", Value::Integer(q.record_type.typeid())));
+            let mut conditions = vec![
+                "i.org = :org".to_string(),
+                "i.typeid = :typeid".to_string(),
+                "i.parent IS NULL".to_string(),
+                visible(viewer, "i"),
+            ];
+            if matches!(q.filter, Filter::Archived) {
+                conditions.push("i.archived IS NOT NULL".into());
+            } else {
+                conditions.push("i.archived IS NULL".into());
+            }
+            filter_sql(&q.filter, &mut conditions, &mut params);
+            if let Some(search) = &q.search {
+                search_sql(search, &mut conditions, &mut params);
+            }
+            let where_sql = conditions.join(" AND ");
+
+            let count: i64 = {
+                let sql = format!("SELECT count(*) FROM items i WHERE {where_sql}");
+                let mut stmt = tx.prepare_cached(&sql)?;
+                let bound = bind(&stmt, &params);
+                stmt.query_row(bound.as_slice(), |r| r.get(0))?
+            };
+
+            let dir = if q.descending { "DESC" } else { "ASC" };
+            let order = match q.sort {
+                SortField::Name => format!("i.name COLLATE NOCASE {dir}, i.id {dir}"),
+                SortField::Created => format!("i.created {dir}, i.id {dir}"),
+                SortField::Flagged => format!("i.flagged {dir}, i.name COLLATE NOCASE ASC, i.id ASC"),
+                SortField::Updated => format!("i.updated {dir}, i.id {dir}"),
+            };
+            let company_visible = visible(viewer, "c");
+            let sql = format!(
+                "SELECT {RECORD_COLUMNS},
+                    (SELECT group_concat(c.name, ', ' ORDER BY r.id) FROM relations r JOIN items c ON c.id = r.related
+                      WHERE r.item = i.id AND c.typeid = {COMPANY_TYPEID} AND c.archived IS NULL AND {company_visible}),
+                    (SELECT r.related FROM relations r JOIN items c ON c.id = r.related
+                      WHERE r.item = i.id AND c.typeid = {COMPANY_TYPEID} AND c.archived IS NULL AND {company_visible}
+                      ORDER BY r.id LIMIT 1)
+                 FROM items i {AUDIT_JOINS}
+                 WHERE {where_sql}
+                 ORDER BY {order}
+                 LIMIT :limit OFFSET :start"
+            );
+            params.push((":limit", Value::Integer(i64::from(q.limit))));
+            params.push((":start", Value::Integer(i64::try_from(q.start).unwrap_or(i64::MAX))));
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let bound = bind(&stmt, &params);
+            let mut entries = stmt
+                .query_map(bound.as_slice(), |row| {
+                    Ok(ListEntry {
+                        record: record_from_row(row)?,
+                        company: row.get::<_, Option<String>>(13)?.unwrap_or_default(),
+                        parent_id: row.get::<_, Option<i64>>(14)?.unwrap_or(0),
+                        categories: Vec::new(),
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            if q.with_categories && !entries.is_empty() {
+                let ids: Vec<i64> = entries.iter().map(|e| e.record.id).collect();
+                let mut by_item = categories_of(tx, &ids)?;
+                for e in &mut entries {
+                    e.categories = by_item.remove(&e.record.id).unwrap_or_default();
+                }
+            }
+            Ok((entries, u64::try_from(count).unwrap_or(0)))
+        })
+    }
+
+    /// Creates a category tag for a record type; a name already used (ignoring case) is a
+    /// duplicate.
+    pub fn create_category(
+        &self,
+        viewer: &Viewer,
+        record_type: RecordType,
+        name: &str,
+    ) -> Result<i64> {
+        self.write(|tx| {
+            let existing: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM categories WHERE org = ?1 AND record_type = ?2 AND name = ?3 COLLATE NOCASE",
+                    (&viewer.org, record_type.typeid(), name),
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(id) = existing {
+                return Err(StoreError::Duplicate(format!("category tag {name:?} already exists with id {id}")));
+            }
+            tx.execute(
+                "INSERT INTO categories (org, record_type, name, created, creator) VALUES (?1, ?2, ?3, ?4, ?5)",
+                (&viewer.org, record_type.typeid(), name, now_secs(), viewer.user_id),
+            )?;
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    pub fn list_categories(
+        &self,
+        viewer: &Viewer,
+        record_type: RecordType,
+    ) -> Result<Vec<CategoryRef>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, name FROM categories WHERE org = ?1 AND record_type = ?2 ORDER BY name COLLATE NOCASE, id",
+            )?;
+            let rows = stmt.query_map((&viewer.org, record_type.typeid()), |r| {
+                Ok(CategoryRef { id: r.get(0)?, name: r.get(1)? })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+}
+
+/// Binds the named parameters the statement actually uses.
+fn bind<'a>(
+    stmt: &rusqlite::Statement<'_>,
+    params: &'a [(&'static str, Value)],
+) -> Vec<(&'a str, &'a dyn ToSql)> {
+    params
+        .iter()
+        .filter(|(name, _)| stmt.parameter_index(name).ok().flatten().is_some())
+        .map(|(name, value)| (*name, value as &dyn ToSql))
+        .collect()
+}
+
+fn like_escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn filter_sql(
+    filter: &Filter,
+    conditions: &mut Vec<String>,
+    params: &mut Vec<(&'static str, Value)>,
+) {
+    let mut push = |sql: &str| conditions.push(sql.to_string());
+    let open_due = "EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
+                    AND a.archived IS NULL AND a.completed = 0 AND a.due IS NOT NULL AND";
+    match filter {
+        Filter::None | Filter::Archived => {}
+        Filter::Flagged => push("i.flagged = 1"),
+        Filter::Assigned(ids) => {
+            params.push((":assigned", Value::Text(json_ids(ids))));
+            push(
+                "CAST(json_extract(i.fields, '$.assignedto') AS INTEGER) IN (SELECT value FROM json_each(:assigned))",
+            );
+        }
+        Filter::NoCategory => {
+            push("NOT EXISTS (SELECT 1 FROM item_categories ic WHERE ic.item_id = i.id)")
+        }
+        Filter::ViewedSince(t) => {
+            params.push((":since", Value::Integer(*t)));
+            push("i.viewed >= :since");
+        }
+        Filter::NotViewedSince(t) => {
+            params.push((":since", Value::Integer(*t)));
+            push("(i.viewed IS NULL OR i.viewed < :since)");
+        }
+        Filter::CreatedSince(t) => {
+            params.push((":since", Value::Integer(*t)));
+            push("i.created >= :since");
+        }
+        Filter::UpdatedSince(t) => {
+            params.push((":since", Value::Integer(*t)));
+            push("i.updated >= :since");
+        }
+        Filter::NotUpdatedSince(t) => {
+            params.push((":since", Value::Integer(*t)));
+            push("i.updated < :since");
+        }
+        Filter::UpdatedAfter(t) => {
+            params.push((":since", Value::Integer(*t)));
+            push("i.updated > :since");
+        }
+        Filter::DueBetween(from, to) => {
+            params.push((":due_from", Value::Text(from.clone())));
+            params.push((":due_to", Value::Text(to.clone())));
+            push(&format!("{open_due} a.due BETWEEN :due_from AND :due_to)"));
+        }
+        Filter::DueBefore(date) => {
+            params.push((":due_to", Value::Text(date.clone())));
+            push(&format!("{open_due} a.due < :due_to)"));
+        }
+        Filter::Owner(id) => {
+            params.push((":owner", Value::Integer(*id)));
+            push("i.ownership = :owner");
+        }
+        Filter::Category { ids, all } => {
+            params.push((":cats", Value::Text(json_ids(ids))));
+            if *all {
+                params.push((":cats_n", Value::Integer(ids.len() as i64)));
+                push(
+                    "(SELECT count(*) FROM item_categories ic WHERE ic.item_id = i.id \
+                     AND ic.category_id IN (SELECT DISTINCT value FROM json_each(:cats))) = \
+                     (SELECT count(DISTINCT value) FROM json_each(:cats))",
+                );
+            } else {
+                push(
+                    "EXISTS (SELECT 1 FROM item_categories ic WHERE ic.item_id = i.id \
+                     AND ic.category_id IN (SELECT value FROM json_each(:cats)))",
+                );
+            }
+        }
+        Filter::Unsent { email_fields } => {
+            params.push((
+                ":email_fields",
+                Value::Text(serde_json::to_string(email_fields).unwrap_or_default()),
+            ));
+            push(&format!(
+                "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:email_fields)) AND f.value <> '') \
+                 AND NOT EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
+                 AND a.archived IS NULL AND a.typeid IN {EMAIL_ACTIVITY_TYPEIDS})"
+            ));
+        }
+        Filter::ByPhone { digits, fields } => {
+            params.push((
+                ":phone_fields",
+                Value::Text(serde_json::to_string(fields).unwrap_or_default()),
+            ));
+            params.push((":digits", Value::Text(digits.clone())));
+            push(
+                "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:phone_fields)) \
+                 AND sg_digits(f.value) LIKE '%' || :digits)",
+            );
+        }
+        Filter::ByEmail { address, fields } => {
+            params.push((
+                ":email_fields",
+                Value::Text(serde_json::to_string(fields).unwrap_or_default()),
+            ));
+            params.push((":address", Value::Text(address.clone())));
+            push(
+                "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:email_fields)) \
+                 AND f.value = :address COLLATE NOCASE)",
+            );
+        }
+    }
+}
+
+fn search_sql(
+    search: &Search,
+    conditions: &mut Vec<String>,
+    params: &mut Vec<(&'static str, Value)>,
+) {
+    let pattern = |mode: SearchMode, value: &str| match mode {
+        SearchMode::StartsWith => format!("{}%", like_escape(value)),
+        _ => format!("%{}%", like_escape(value)),
+    };
+    let item_match = "(i.name LIKE :pattern ESCAPE '\\' OR EXISTS (SELECT 1 FROM json_each(i.fields) f \
+                      WHERE f.value LIKE :pattern ESCAPE '\\'))";
+    let journal_match = "EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
+                         AND a.archived IS NULL AND (a.name LIKE :pattern ESCAPE '\\' OR EXISTS \
+                         (SELECT 1 FROM json_each(a.fields) f WHERE f.value LIKE :pattern ESCAPE '\\')))";
+    match search {
+        Search::Any { mode, value } => {
+            params.push((":pattern", Value::Text(pattern(*mode, value))));
+            conditions.push(format!("({item_match} OR {journal_match})"));
+        }
+        Search::AnyItem { mode, value } => {
+            params.push((":pattern", Value::Text(pattern(*mode, value))));
+            conditions.push(item_match.to_string());
+        }
+        Search::AnyJournal { mode, value } => {
+            params.push((":pattern", Value::Text(pattern(*mode, value))));
+            conditions.push(journal_match.to_string());
+        }
+        Search::Field { name, mode, value } => {
+            params.push((":path", Value::Text(format!("$.\"{name}\""))));
+            let expr = "coalesce(json_extract(i.fields, :path), '')";
+            match mode {
+                SearchMode::Empty => conditions.push(format!("{expr} = ''")),
+                SearchMode::NotEmpty => conditions.push(format!("{expr} <> ''")),
+                SearchMode::StartsWith | SearchMode::Contains => {
+                    params.push((":pattern", Value::Text(pattern(*mode, value))));
+                    conditions.push(format!("{expr} LIKE :pattern ESCAPE '\\'"));
+                }
+            }
+        }
+    }
+}
+
+/// A live (not archived) record of the type, visible to the viewer; else `NotFound`.
+fn load_record(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    record_type: RecordType,
+    id: i64,
+) -> Result<RecordRow> {
+    let sql = format!(
+        "SELECT {RECORD_COLUMNS} FROM items i {AUDIT_JOINS}
+         WHERE i.id = :id AND i.org = :org AND i.typeid = :typeid AND i.parent IS NULL AND i.archived IS NULL
+           AND {}",
+        visible(viewer, "i")
+    );
+    let mut params: Vec<(&'static str, Value)> = vec![
+        (":id", Value::Integer(id)),
+        (":org", Value::Text(viewer.org.clone())),
+        (":typeid", Value::Integer(record_type.typeid())),
+    ];
+    if !viewer.admin {
+        params.push((":owners", Value::Text(owner_ids_json(viewer))));
+    }
+    let mut stmt = tx.prepare_cached(&sql)?;
+    let bound = bind(&stmt, &params);
+    stmt.query_row(bound.as_slice(), record_from_row)
+        .optional()?
+        .ok_or(StoreError::NotFound)
+}
+
+/// Ownership may be the viewer's own id or one of their groups; administrators may give any
+/// user or group of the organisation.
+fn check_ownership(tx: &Transaction<'_>, viewer: &Viewer, ownership: i64) -> Result<()> {
+    let kind = principal_kind(tx, &viewer.org, ownership)?;
+    let Some(kind) = kind else {
+        return Err(StoreError::BadReference(format!(
+            "ownership {ownership} is not a user or group id"
+        )));
+    };
+    if viewer.prevent_private
+        && kind == PrincipalKind::User
+        && ownership == viewer.user_id
+        && !viewer.admin
+    {
+        return Err(StoreError::Forbidden(
+            "this user may not own private records: give a group id as ownership".into(),
+        ));
+    }
+    if viewer.admin || viewer.owner_ids().contains(&ownership) {
+        Ok(())
+    } else {
+        Err(StoreError::Forbidden(format!(
+            "ownership {ownership} is neither your user id nor one of your groups"
+        )))
+    }
+}
+
+/// `assignedto` values must name a live user or group of the organisation.
+fn check_principal_fields(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    fields: &FieldValues,
+) -> Result<()> {
+    if let Some(v) = fields.get("assignedto").filter(|v| !v.is_empty()) {
+        let id: i64 = v
+            .parse()
+            .map_err(|_| StoreError::BadReference(format!("assignedto {v} is not an id")))?;
+        if principal_kind(tx, &viewer.org, id)?.is_none() {
+            return Err(StoreError::BadReference(format!(
+                "assignedto {id} is not a user or group id"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn category_exists(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    record_type: RecordType,
+    id: i64,
+) -> Result<()> {
+    let found = tx
+        .prepare_cached("SELECT 1 FROM categories WHERE id = ?1 AND org = ?2 AND record_type = ?3")?
+        .query_row((id, &viewer.org, record_type.typeid()), |_| Ok(()))
+        .optional()?;
+    found.ok_or_else(|| {
+        StoreError::BadReference(format!(
+            "category tag {id} does not exist for {}",
+            record_type.segment()
+        ))
+    })
+}
+
+fn add_categories(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    record_type: RecordType,
+    item: i64,
+    ids: &[i64],
+) -> Result<Vec<i64>> {
+    let mut added = Vec::new();
+    for id in ids {
+        category_exists(tx, viewer, record_type, *id)?;
+        let n = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)",
+            )?
+            .execute((item, id))?;
+        if n > 0 {
+            added.push(*id);
+        }
+    }
+    Ok(added)
+}
+
+fn remove_categories(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    record_type: RecordType,
+    item: i64,
+    ids: &[i64],
+) -> Result<Vec<i64>> {
+    let mut removed = Vec::new();
+    for id in ids {
+        category_exists(tx, viewer, record_type, *id)?;
+        let n = tx
+            .prepare_cached("DELETE FROM item_categories WHERE item_id = ?1 AND category_id = ?2")?
+            .execute((item, id))?;
+        if n > 0 {
+            removed.push(*id);
+        }
+    }
+    Ok(removed)
+}
+
+/// Links `item` to each target (a live, visible contact, company or project blog of the
+/// organisation); adding an existing link replaces its note.
+fn add_related(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    item: i64,
+    targets: &[(i64, String)],
+) -> Result<()> {
+    for (target, note) in targets {
+        let not_found =
+            || StoreError::BadReference(format!("related item {target} does not exist"));
+        if *target == item {
+            return Err(StoreError::BadReference(
+                "a record cannot be related to itself".into(),
+            ));
+        }
+        let typeid: i64 = tx
+            .prepare_cached(
+                "SELECT typeid, ownership FROM items WHERE id = ?1 AND org = ?2 AND parent IS NULL AND archived IS NULL",
+            )?
+            .query_row((target, &viewer.org), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+            .optional()?
+            .filter(|(_, ownership)| viewer.admin || viewer.owner_ids().contains(ownership))
+            .map(|(t, _)| t)
+            .ok_or_else(not_found)?;
+        let can = RecordType::from_typeid(typeid).is_some_and(RecordType::can_be_related);
+        if !can {
+            return Err(StoreError::BadReference(format!(
+                "related item {target} is not a contact, company or project blog"
+            )));
+        }
+        tx.prepare_cached(
+            "INSERT INTO relations (item, related, note) VALUES (?1, ?2, ?3)
+             ON CONFLICT (item, related) DO UPDATE SET note = excluded.note",
+        )?
+        .execute((item, target, note))?;
+    }
+    Ok(())
+}
+
+fn categories_of(tx: &Transaction<'_>, items: &[i64]) -> Result<HashMap<i64, Vec<CategoryRef>>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT ic.item_id, c.id, c.name FROM item_categories ic JOIN categories c ON c.id = ic.category_id
+         WHERE ic.item_id IN (SELECT value FROM json_each(?1)) ORDER BY c.name COLLATE NOCASE, c.id",
+    )?;
+    let mut out: HashMap<i64, Vec<CategoryRef>> = HashMap::new();
+    let rows = stmt.query_map([json_ids(items)], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            CategoryRef {
+                id: r.get(1)?,
+                name: r.get(2)?,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (item, cat) = row?;
+        out.entry(item).or_default().push(cat);
+    }
+    Ok(out)
+}
+
+fn related_of(tx: &Transaction<'_>, viewer: &Viewer, item: i64) -> Result<Vec<RelatedItem>> {
+    let sql = format!(
+        "SELECT c.id, c.typeid, c.name, r.note FROM relations r JOIN items c ON c.id = r.related
+         WHERE r.item = :item AND c.archived IS NULL AND {} ORDER BY r.id",
+        visible(viewer, "c")
+    );
+    let mut params: Vec<(&'static str, Value)> = vec![(":item", Value::Integer(item))];
+    if !viewer.admin {
+        params.push((":owners", Value::Text(owner_ids_json(viewer))));
+    }
+    let mut stmt = tx.prepare_cached(&sql)?;
+    let bound = bind(&stmt, &params);
+    let rows = stmt.query_map(bound.as_slice(), |r| {
+        Ok(RelatedItem {
+            id: r.get(0)?,
+            typeid: r.get(1)?,
+            name: r.get(2)?,
+            note: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// The live activities under a record, flat, in tree order (each parent before its children,
+/// siblings by position).
+pub(super) fn activities_of(tx: &Transaction<'_>, record: i64) -> Result<Vec<ActivityRow>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT i.id, i.typeid, i.parent, i.level, i.position, i.name, i.fields, i.flagged, i.created, i.updated,
+                i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, '')
+         FROM items i LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator
+         WHERE i.record_id = ?1 AND i.parent IS NOT NULL AND i.archived IS NULL
+         ORDER BY i.position, i.id",
+    )?;
+    let rows = stmt
+        .query_map([record], |r| {
+            Ok(ActivityRow {
+                id: r.get(0)?,
+                typeid: r.get(1)?,
+                parent: r.get(2)?,
+                level: r.get(3)?,
+                position: r.get(4)?,
+                name: r.get(5)?,
+                fields: parse_fields(&r.get::<_, String>(6)?),
+                flagged: r.get(7)?,
+                created: r.get(8)?,
+                updated: r.get(9)?,
+                viewed: r.get(10)?,
+                creator_id: r.get(11)?,
+                creator_name: r.get(12)?,
+                modificator_id: r.get(13)?,
+                modificator_name: r.get(14)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(tree_order(record, rows))
+}
+
+/// Orders activities depth-first from the record, siblings as given (by position).
+fn tree_order(root: i64, rows: Vec<ActivityRow>) -> Vec<ActivityRow> {
+    let mut children: HashMap<i64, Vec<usize>> = HashMap::new();
+    for (i, row) in rows.iter().enumerate() {
+        children.entry(row.parent).or_default().push(i);
+    }
+    let mut order = Vec::with_capacity(rows.len());
+    let mut stack: Vec<usize> = children
+        .get(&root)
+        .map(|c| c.iter().rev().copied().collect())
+        .unwrap_or_default();
+    while let Some(i) = stack.pop() {
+        order.push(i);
+        if let Some(kids) = children.get(&rows[i].id) {
+            stack.extend(kids.iter().rev().copied());
+        }
+    }
+    let mut slots: Vec<Option<ActivityRow>> = rows.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
+}

@@ -1,0 +1,98 @@
+//! Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+//! A migration is never edited once released: add a new one.
+
+pub const MIGRATIONS: &[&str] = &[
+    // 1: organisations, users and groups, records and activities, tags, relations, quota.
+    r#"
+CREATE TABLE organizations (
+    id   TEXT PRIMARY KEY,
+    name TEXT NOT NULL
+);
+
+-- Users and groups share one id space: an ownership or assignedto id names either.
+CREATE TABLE principals (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    org             TEXT NOT NULL REFERENCES organizations(id),
+    kind            INTEGER NOT NULL CHECK (kind IN (1, 2)),   -- 1 user, 2 group
+    name            TEXT NOT NULL,
+    email           TEXT NOT NULL DEFAULT '',
+    token_sha256    BLOB,                                      -- users: SHA-256 of the API token
+    admin           INTEGER NOT NULL DEFAULT 0,
+    prevent_login   INTEGER NOT NULL DEFAULT 0,
+    prevent_private INTEGER NOT NULL DEFAULT 0,
+    deleted         INTEGER NOT NULL DEFAULT 0,
+    created         INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX principals_user_email ON principals (email COLLATE NOCASE) WHERE kind = 1;
+
+CREATE TABLE memberships (
+    group_id INTEGER NOT NULL REFERENCES principals(id),
+    user_id  INTEGER NOT NULL REFERENCES principals(id),
+    PRIMARY KEY (group_id, user_id)
+) WITHOUT ROWID;
+CREATE INDEX memberships_user ON memberships (user_id);
+
+-- Records and activities: one table, one id space. A record has parent NULL and record_id = id;
+-- an activity has its parent (record or activity) and the id of the record at its root.
+CREATE TABLE items (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    org         TEXT NOT NULL REFERENCES organizations(id),
+    typeid      INTEGER NOT NULL,
+    record_id   INTEGER REFERENCES items(id),
+    parent      INTEGER REFERENCES items(id),
+    ownership   INTEGER NOT NULL,
+    name        TEXT NOT NULL DEFAULT '',
+    fields      TEXT NOT NULL DEFAULT '{}',                    -- JSON object: field name -> text
+    flagged     INTEGER NOT NULL DEFAULT 0,
+    position    INTEGER NOT NULL DEFAULT 0,
+    level       INTEGER NOT NULL DEFAULT 0,
+    due         TEXT,                                          -- dated, open tasks and follow-ups
+    completed   INTEGER NOT NULL DEFAULT 0,
+    created     INTEGER NOT NULL,
+    updated     INTEGER NOT NULL,
+    viewed      INTEGER,
+    creator     INTEGER NOT NULL,
+    modificator INTEGER NOT NULL,
+    archived    INTEGER                                        -- NULL active; else the id whose delete archived it
+);
+CREATE INDEX items_records ON items (org, typeid, name, id) WHERE parent IS NULL;
+CREATE INDEX items_parent ON items (parent, position) WHERE parent IS NOT NULL;
+CREATE INDEX items_record ON items (record_id) WHERE parent IS NOT NULL;
+CREATE INDEX items_due ON items (org, due) WHERE due IS NOT NULL;
+
+CREATE TABLE categories (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    org         TEXT NOT NULL REFERENCES organizations(id),
+    record_type INTEGER NOT NULL,
+    name        TEXT NOT NULL,
+    created     INTEGER NOT NULL,
+    creator     INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX categories_name ON categories (org, record_type, name COLLATE NOCASE);
+
+CREATE TABLE item_categories (
+    item_id     INTEGER NOT NULL REFERENCES items(id),
+    category_id INTEGER NOT NULL REFERENCES categories(id),
+    PRIMARY KEY (item_id, category_id)
+) WITHOUT ROWID;
+CREATE INDEX item_categories_category ON item_categories (category_id);
+
+-- Related items: `item` links to `related` with a note; shown on `item`.
+CREATE TABLE relations (
+    id      INTEGER PRIMARY KEY,
+    item    INTEGER NOT NULL REFERENCES items(id),
+    related INTEGER NOT NULL REFERENCES items(id),
+    note    TEXT NOT NULL DEFAULT '',
+    UNIQUE (item, related)
+);
+CREATE INDEX relations_related ON relations (related);
+
+-- API calls per user per clock hour (hour = Unix seconds / 3600), written at intervals.
+CREATE TABLE quota (
+    user_id INTEGER NOT NULL,
+    hour    INTEGER NOT NULL,
+    used    INTEGER NOT NULL,
+    PRIMARY KEY (user_id, hour)
+) WITHOUT ROWID;
+"#,
+];

@@ -1,0 +1,105 @@
+//! Time formats of the interface. Times are stored as Unix seconds; the API shows them as
+//! ISO 8601 in UTC with a `+00:00` offset. Dates are civil dates (YYYY-MM-DD).
+
+use jiff::Timestamp;
+use jiff::civil::{Date, DateTime};
+use jiff::tz::TimeZone;
+
+/// Unix seconds now.
+pub fn now_secs() -> i64 {
+    Timestamp::now().as_second()
+}
+
+/// `2026-11-22T01:55:07+00:00`
+pub fn iso(secs: i64) -> String {
+    match Timestamp::from_second(secs) {
+        Ok(ts) => ts.strftime("%Y-%m-%dT%H:%M:%S+00:00").to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// `Nov 22, 2026 01:55:07` (UTC), the activity create response's `created`.
+pub fn short(secs: i64) -> String {
+    match Timestamp::from_second(secs) {
+        Ok(ts) => ts
+            .to_zoned(TimeZone::UTC)
+            .strftime("%b %-d, %Y %H:%M:%S")
+            .to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// A date as the API accepts it: `2004-02-12`, or the date part of `2004-02-12 15:19:21` or
+/// `2004-02-12T15:19:21+00:00`.
+pub fn parse_date(s: &str) -> Option<Date> {
+    let s = s.trim();
+    let head = s.get(..10)?;
+    let date: Date = head.parse().ok()?;
+    let rest = &s[10..];
+    if rest.is_empty() || parse_datetime(s).is_some() {
+        Some(date)
+    } else {
+        None
+    }
+}
+
+/// A point in time as the API accepts it, in Unix seconds: `2004-02-12T15:19:21+00:00` (any
+/// offset), `2004-02-12 15:19:21` or `2004-02-12T15:19:21` (UTC), or `2004-02-12` (midnight UTC).
+pub fn parse_datetime(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(ts) = s.parse::<Timestamp>() {
+        return Some(ts.as_second());
+    }
+    if let Ok(dt) = s.replacen(' ', "T", 1).parse::<DateTime>() {
+        return dt
+            .to_zoned(TimeZone::UTC)
+            .ok()
+            .map(|z| z.timestamp().as_second());
+    }
+    if s.len() == 10 {
+        if let Ok(d) = s.parse::<Date>() {
+            return d
+                .to_zoned(TimeZone::UTC)
+                .ok()
+                .map(|z| z.timestamp().as_second());
+        }
+    }
+    None
+}
+
+/// Today's date in the site's time zone.
+pub fn today(tz: &TimeZone) -> Date {
+    Timestamp::now().to_zoned(tz.clone()).date()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(iso(1_245_509_379), "2009-06-20T14:49:39+00:00");
+        assert_eq!(short(1_245_509_379), "Jun 20, 2009 14:49:39");
+        assert_eq!(
+            parse_datetime("2009-06-20T14:49:39+00:00"),
+            Some(1_245_509_379)
+        );
+        assert_eq!(
+            parse_datetime("2009-06-20T16:49:39+02:00"),
+            Some(1_245_509_379)
+        );
+        assert_eq!(parse_datetime("2009-06-20 14:49:39"), Some(1_245_509_379));
+        assert_eq!(parse_datetime("2009-06-20"), Some(1_245_456_000));
+        assert_eq!(parse_datetime("yesterday"), None);
+        assert_eq!(
+            parse_date("2009-06-20").map(|d| d.to_string()),
+            Some("2009-06-20".into())
+        );
+        assert_eq!(
+            parse_date("2009-06-20 10:00:00").map(|d| d.to_string()),
+            Some("2009-06-20".into())
+        );
+        assert_eq!(parse_date("2009-02-30"), None);
+        assert_eq!(parse_date("2009-06-20xyz"), None);
+    }
+}
