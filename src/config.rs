@@ -24,20 +24,13 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError {
-            key: key.into(),
-            message: message.into(),
-        }
+        ConfigError { key: key.into(), message: message.into() }
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "`{}`: {}", self.key, self.message)
-        }
+        if self.key.is_empty() { write!(f, "{}", self.message) } else { write!(f, "`{}`: {}", self.key, self.message) }
     }
 }
 
@@ -188,31 +181,20 @@ pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
     match explicit {
         Some(path) => {
             if !path.is_file() {
-                return Err(ConfigError::new(
-                    "",
-                    format!("configuration file {} does not exist", path.display()),
-                ));
+                return Err(ConfigError::new("", format!("configuration file {} does not exist", path.display())));
             }
             load_file(path)
         }
         None => {
             let local = Path::new("config.toml");
-            if local.is_file() {
-                load_file(local)
-            } else {
-                resolve(RawConfig::default(), None)
-            }
+            if local.is_file() { load_file(local) } else { resolve(RawConfig::default(), None) }
         }
     }
 }
 
 fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|err| {
-        ConfigError::new(
-            "",
-            format!("cannot read configuration file {}: {err}", path.display()),
-        )
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| ConfigError::new("", format!("cannot read configuration file {}: {err}", path.display())))?;
     let raw = parse(&text).map_err(|mut err| {
         err.message = format!("in {}: {}", path.display(), err.message);
         err
@@ -243,10 +225,7 @@ fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
         let line_end = offset + line.len();
         let trimmed = line.trim();
         if trimmed.starts_with('[') {
-            table = trimmed
-                .trim_matches(|c| c == '[' || c == ']')
-                .trim()
-                .to_string();
+            table = trimmed.trim_matches(|c| c == '[' || c == ']').trim().to_string();
             key.clear();
         } else if let Some((name, _)) = trimmed.split_once('=') {
             if !trimmed.starts_with('#') {
@@ -271,29 +250,16 @@ fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
 /// Validates a raw configuration and resolves it. `source` is the config file (absolute), if
 /// any: relative paths are relative to its folder, else to the current directory.
 pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigError> {
-    let base = source
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+    let base = source.and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
     let relative = |value: &str| -> PathBuf {
         let path = Path::new(value);
-        if path.is_absolute() {
-            path.to_path_buf()
-        } else {
-            base.join(path)
-        }
+        if path.is_absolute() { path.to_path_buf() } else { base.join(path) }
     };
 
     // [http]
     let h = &raw.http;
     let listen = socket_addr("http.listen", h.listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
-    let workers = bounded(
-        "http.workers",
-        h.workers,
-        limits::HTTP_WORKERS_DEFAULT,
-        1,
-        limits::HTTP_WORKERS_CEILING,
-    )?;
+    let workers = bounded("http.workers", h.workers, limits::HTTP_WORKERS_DEFAULT, 1, limits::HTTP_WORKERS_CEILING)?;
     let queue_depth_max = bounded(
         "http.queue_depth_max",
         h.queue_depth_max,
@@ -332,30 +298,18 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     let tls = match (&h.tls_cert, &h.tls_key) {
         (None, None) => {
             if h.tls_listen.is_some() {
-                return Err(ConfigError::new(
-                    "http.tls_listen",
-                    "needs http.tls_cert and http.tls_key",
-                ));
+                return Err(ConfigError::new("http.tls_listen", "needs http.tls_cert and http.tls_key"));
             }
             None
         }
         (Some(_), None) => {
-            return Err(ConfigError::new(
-                "http.tls_key",
-                "is required with http.tls_cert",
-            ));
+            return Err(ConfigError::new("http.tls_key", "is required with http.tls_cert"));
         }
         (None, Some(_)) => {
-            return Err(ConfigError::new(
-                "http.tls_cert",
-                "is required with http.tls_key",
-            ));
+            return Err(ConfigError::new("http.tls_cert", "is required with http.tls_key"));
         }
         (Some(cert), Some(key)) => {
-            let listen = socket_addr(
-                "http.tls_listen",
-                h.tls_listen.as_deref().unwrap_or(DEFAULT_TLS_LISTEN),
-            )?;
+            let listen = socket_addr("http.tls_listen", h.tls_listen.as_deref().unwrap_or(DEFAULT_TLS_LISTEN))?;
             let (cert, key) = (relative(cert), relative(key));
             crate::http::tls::check_files(&cert, &key)
                 .map_err(|(which, message)| ConfigError::new(format!("http.{which}"), message))?;
@@ -379,97 +333,54 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     )?;
 
     // [site]
-    let timezone_name = raw
-        .site
-        .timezone
-        .clone()
-        .unwrap_or_else(|| "UTC".to_string());
-    let timezone = jiff::tz::TimeZone::get(&timezone_name).map_err(|_| {
-        ConfigError::new(
-            "site.timezone",
-            format!("unknown IANA time zone {timezone_name:?}"),
-        )
-    })?;
+    let timezone_name = raw.site.timezone.clone().unwrap_or_else(|| "UTC".to_string());
+    let timezone = jiff::tz::TimeZone::get(&timezone_name)
+        .map_err(|_| ConfigError::new("site.timezone", format!("unknown IANA time zone {timezone_name:?}")))?;
 
     // [log]
     let level_name = raw.log.level.clone().unwrap_or_else(|| "info".to_string());
-    let level = level_name.parse::<log::LevelFilter>().map_err(|_| {
-        ConfigError::new(
-            "log.level",
-            "must be one of off, error, warn, info, debug, trace",
-        )
-    })?;
+    let level = level_name
+        .parse::<log::LevelFilter>()
+        .map_err(|_| ConfigError::new("log.level", "must be one of off, error, warn, info, debug, trace"))?;
 
     // [[organizations]]
     let mut organizations = Vec::new();
     for (i, org) in raw.organizations.iter().enumerate() {
-        if org.id.is_empty()
-            || org.id.len() > 64
-            || !org.id.chars().all(|c| c.is_ascii_alphanumeric())
-        {
-            return Err(ConfigError::new(
-                format!("organizations[{i}].id"),
-                "must be 1 to 64 ASCII letters and digits",
-            ));
+        if org.id.is_empty() || org.id.len() > 64 || !org.id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(ConfigError::new(format!("organizations[{i}].id"), "must be 1 to 64 ASCII letters and digits"));
         }
         if organizations.iter().any(|o: &Organization| o.id == org.id) {
-            return Err(ConfigError::new(
-                format!("organizations[{i}].id"),
-                format!("{:?} appears twice", org.id),
-            ));
+            return Err(ConfigError::new(format!("organizations[{i}].id"), format!("{:?} appears twice", org.id)));
         }
         if org.name.trim().is_empty() || org.name.len() > limits::NAME_BYTES_MAX {
-            return Err(ConfigError::new(
-                format!("organizations[{i}].name"),
-                "must be 1 to 255 bytes",
-            ));
+            return Err(ConfigError::new(format!("organizations[{i}].name"), "must be 1 to 255 bytes"));
         }
-        organizations.push(Organization {
-            id: org.id.clone(),
-            name: org.name.clone(),
-        });
+        organizations.push(Organization { id: org.id.clone(), name: org.name.clone() });
     }
     if organizations.is_empty() {
-        organizations.push(Organization {
-            id: DEFAULT_ORG_ID.into(),
-            name: DEFAULT_ORG_NAME.into(),
-        });
+        organizations.push(Organization { id: DEFAULT_ORG_ID.into(), name: DEFAULT_ORG_NAME.into() });
     }
 
     // [[fields]]
     let mut fields: Vec<CustomField> = Vec::new();
     for (i, f) in raw.fields.iter().enumerate() {
         let key = |name: &str| format!("fields[{i}].{name}");
-        if !(crate::model::CUSTOM_FIELD_ID_MIN..=crate::model::CUSTOM_FIELD_ID_MAX).contains(&f.id)
-        {
-            return Err(ConfigError::new(
-                key("id"),
-                "must be an integer from 1000 to 999999999",
-            ));
+        if !(crate::model::CUSTOM_FIELD_ID_MIN..=crate::model::CUSTOM_FIELD_ID_MAX).contains(&f.id) {
+            return Err(ConfigError::new(key("id"), "must be an integer from 1000 to 999999999"));
         }
         if fields.iter().any(|g| g.id == f.id) {
-            return Err(ConfigError::new(
-                key("id"),
-                format!("{} appears twice", f.id),
-            ));
+            return Err(ConfigError::new(key("id"), format!("{} appears twice", f.id)));
         }
         if f.label.trim().is_empty() || f.label.len() > limits::NAME_BYTES_MAX {
             return Err(ConfigError::new(key("label"), "must be 1 to 255 bytes"));
         }
-        let kind = CustomFieldKind::parse(&f.kind).ok_or_else(|| {
-            ConfigError::new(key("type"), "must be one of text, select, date, number")
-        })?;
+        let kind = CustomFieldKind::parse(&f.kind)
+            .ok_or_else(|| ConfigError::new(key("type"), "must be one of text, select, date, number"))?;
         if kind == CustomFieldKind::Select && f.options.is_empty() {
-            return Err(ConfigError::new(
-                key("options"),
-                "a select field needs at least one option",
-            ));
+            return Err(ConfigError::new(key("options"), "a select field needs at least one option"));
         }
         if kind != CustomFieldKind::Select && !f.options.is_empty() {
-            return Err(ConfigError::new(
-                key("options"),
-                "only select fields have options",
-            ));
+            return Err(ConfigError::new(key("options"), "only select fields have options"));
         }
         let mut record_types = Vec::new();
         for segment in &f.record_types {
@@ -486,13 +397,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         if record_types.is_empty() {
             record_types = RecordType::ALL.to_vec();
         }
-        fields.push(CustomField {
-            id: f.id,
-            label: f.label.clone(),
-            kind,
-            options: f.options.clone(),
-            record_types,
-        });
+        fields.push(CustomField { id: f.id, label: f.label.clone(), kind, options: f.options.clone(), record_types });
     }
 
     Ok(Config {
@@ -507,16 +412,9 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             body_read_timeout_ms,
             tls,
         },
-        store: StoreConfig {
-            path: relative(store_path),
-        },
-        api: ApiConfig {
-            quota_calls_per_hour,
-        },
-        site: SiteConfig {
-            timezone_name,
-            timezone,
-        },
+        store: StoreConfig { path: relative(store_path) },
+        api: ApiConfig { quota_calls_per_hour },
+        site: SiteConfig { timezone_name, timezone },
         log: LogConfig { level },
         organizations,
         fields: Arc::new(fields),
@@ -524,9 +422,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
 }
 
 fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
-    value
-        .parse::<SocketAddr>()
-        .map_err(|_| ConfigError::new(key, format!("{value:?} is not an IP:PORT address")))
+    value.parse::<SocketAddr>().map_err(|_| ConfigError::new(key, format!("{value:?} is not an IP:PORT address")))
 }
 
 fn bounded<T>(key: &str, value: Option<T>, default: T, min: T, max: T) -> Result<T, ConfigError>
@@ -535,10 +431,7 @@ where
 {
     let value = value.unwrap_or(default);
     if value < min || value > max {
-        return Err(ConfigError::new(
-            key,
-            format!("{value} is outside {min}..={max}"),
-        ));
+        return Err(ConfigError::new(key, format!("{value} is outside {min}..={max}")));
     }
     Ok(value)
 }
@@ -565,25 +458,14 @@ impl Config {
                 tls_cert: self.http.tls.as_ref().map(|t| path(&t.cert)),
                 tls_key: self.http.tls.as_ref().map(|t| path(&t.key)),
             },
-            store: RawStore {
-                path: Some(path(&self.store.path)),
-            },
-            api: RawApi {
-                quota_calls_per_hour: Some(self.api.quota_calls_per_hour),
-            },
-            site: RawSite {
-                timezone: Some(self.site.timezone_name.clone()),
-            },
-            log: RawLog {
-                level: Some(self.log.level.to_string().to_lowercase()),
-            },
+            store: RawStore { path: Some(path(&self.store.path)) },
+            api: RawApi { quota_calls_per_hour: Some(self.api.quota_calls_per_hour) },
+            site: RawSite { timezone: Some(self.site.timezone_name.clone()) },
+            log: RawLog { level: Some(self.log.level.to_string().to_lowercase()) },
             organizations: self
                 .organizations
                 .iter()
-                .map(|o| RawOrganization {
-                    id: o.id.clone(),
-                    name: o.name.clone(),
-                })
+                .map(|o| RawOrganization { id: o.id.clone(), name: o.name.clone() })
                 .collect(),
             fields: self
                 .fields
@@ -593,11 +475,7 @@ impl Config {
                     label: f.label.clone(),
                     kind: f.kind.as_str().to_string(),
                     options: f.options.clone(),
-                    record_types: f
-                        .record_types
-                        .iter()
-                        .map(|t| t.segment().to_string())
-                        .collect(),
+                    record_types: f.record_types.iter().map(|t| t.segment().to_string()).collect(),
                 })
                 .collect(),
         };
@@ -606,9 +484,7 @@ impl Config {
             Some(p) => out.push_str(&format!("# resolved from {}\n", p.display())),
             None => out.push_str("# built-in defaults (no configuration file)\n"),
         }
-        out.push_str(
-            &toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render: {e}\n")),
-        );
+        out.push_str(&toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render: {e}\n")));
         out
     }
 
@@ -637,27 +513,12 @@ mod tests {
         check_err("[http]\nlisten = \"nope\"\n", "http.listen");
         check_err("[http]\nbogus = 1\n", "http");
         check_err("[site]\ntimezone = \"Mars/Base\"\n", "site.timezone");
-        check_err(
-            "[[organizations]]\nid = \"a-b\"\nname = \"x\"\n",
-            "organizations[0].id",
-        );
-        check_err(
-            "[[fields]]\nid = 1\nlabel = \"x\"\ntype = \"text\"\n",
-            "fields[0].id",
-        );
-        check_err(
-            "[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"blob\"\n",
-            "fields[0].type",
-        );
-        check_err(
-            "[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"select\"\n",
-            "fields[0].options",
-        );
+        check_err("[[organizations]]\nid = \"a-b\"\nname = \"x\"\n", "organizations[0].id");
+        check_err("[[fields]]\nid = 1\nlabel = \"x\"\ntype = \"text\"\n", "fields[0].id");
+        check_err("[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"blob\"\n", "fields[0].type");
+        check_err("[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"select\"\n", "fields[0].options");
         check_err("[http]\ntls_cert = \"a.pem\"\n", "http.tls_key");
-        check_err(
-            "[api]\nquota_calls_per_hour = 0\n",
-            "api.quota_calls_per_hour",
-        );
+        check_err("[api]\nquota_calls_per_hour = 0\n", "api.quota_calls_per_hour");
     }
 
     #[test]

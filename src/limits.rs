@@ -84,7 +84,8 @@ pub const QUOTA_FLUSH_INTERVAL_MS: u64 = 30_000;
 pub const STORE_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// Idle read connections kept open for reuse.
 pub const STORE_READERS_IDLE_MAX: usize = 16;
-/// "Viewed" stamps waiting to be written; when full, further stamps are dropped (and counted).
+/// Items with a "viewed" stamp waiting to be written; when full, stamps of further items are
+/// dropped (and counted).
 pub const STORE_VIEWED_QUEUE_DEPTH_MAX: usize = 8_192;
 /// How often queued "viewed" stamps are written, in one transaction.
 pub const STORE_VIEWED_FLUSH_INTERVAL_MS: u64 = 1_000;

@@ -84,13 +84,7 @@ fn init_logging(level: log::LevelFilter) {
     // Under systemd the journal adds time stamps; a plain `level target: message` is enough.
     builder.format(|buf, record| {
         use std::io::Write;
-        writeln!(
-            buf,
-            "{} {}: {}",
-            record.level(),
-            record.target(),
-            record.args()
-        )
+        writeln!(buf, "{} {}: {}", record.level(), record.target(), record.args())
     });
     builder.parse_env("SITEGATE_LOG");
     let _ = builder.try_init();
@@ -111,25 +105,12 @@ fn org_of(config: &Config, org: Option<&str>) -> Result<String, Failure> {
 }
 
 fn check_email(email: &str) -> Result<(), Failure> {
-    let ok = email.split('@').count() == 2
-        && !email.starts_with('@')
-        && !email.ends_with('@')
-        && !email.chars().any(char::is_whitespace)
-        && email.len() <= limits::NAME_BYTES_MAX;
-    if ok {
-        Ok(())
-    } else {
-        Err(Failure::Usage(format!(
-            "{email:?} is not an e-mail address"
-        )))
-    }
+    let ok = model::looks_like_email(email) && email.len() <= limits::NAME_BYTES_MAX;
+    if ok { Ok(()) } else { Err(Failure::Usage(format!("{email:?} is not an e-mail address"))) }
 }
 
 fn check_name(name: &str) -> Result<(), Failure> {
-    if name.trim().is_empty()
-        || name.len() > limits::NAME_BYTES_MAX
-        || model::check_text(name).is_err()
-    {
+    if name.trim().is_empty() || name.len() > limits::NAME_BYTES_MAX || model::check_text(name).is_err() {
         return Err(Failure::Usage("a name is 1 to 255 bytes of text".into()));
     }
     Ok(())
@@ -196,11 +177,7 @@ fn run(command: Command) -> Result<(), Failure> {
                 init_logging(log::LevelFilter::Warn);
                 let store = service::open_store(&config)?;
                 println!("id\torg\temail\tname\tflags");
-                for p in store
-                    .all_principals()?
-                    .iter()
-                    .filter(|p| p.kind == PrincipalKind::User)
-                {
+                for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::User) {
                     let mut flags = Vec::new();
                     if p.admin {
                         flags.push("admin");
@@ -214,14 +191,7 @@ fn run(command: Command) -> Result<(), Failure> {
                     if p.deleted {
                         flags.push("deleted");
                     }
-                    println!(
-                        "{}\t{}\t{}\t{}\t{}",
-                        p.id,
-                        p.org,
-                        p.email,
-                        p.name,
-                        flags.join(",")
-                    );
+                    println!("{}\t{}\t{}\t{}\t{}", p.id, p.org, p.email, p.name, flags.join(","));
                 }
                 Ok(())
             }
@@ -229,25 +199,19 @@ fn run(command: Command) -> Result<(), Failure> {
                 let config = load(d.config.as_deref())?;
                 init_logging(log::LevelFilter::Warn);
                 let store = service::open_store(&config)?;
-                store
-                    .disable_user(&d.email, true)
-                    .map_err(not_found(format!("no user with e-mail {}", d.email)))
+                store.disable_user(&d.email, true).map_err(not_found(format!("no user with e-mail {}", d.email)))
             }
             UserCommand::Enable(d) => {
                 let config = load(d.config.as_deref())?;
                 init_logging(log::LevelFilter::Warn);
                 let store = service::open_store(&config)?;
-                store
-                    .disable_user(&d.email, false)
-                    .map_err(not_found(format!("no user with e-mail {}", d.email)))
+                store.disable_user(&d.email, false).map_err(not_found(format!("no user with e-mail {}", d.email)))
             }
             UserCommand::Delete(d) => {
                 let config = load(d.config.as_deref())?;
                 init_logging(log::LevelFilter::Warn);
                 let store = service::open_store(&config)?;
-                store
-                    .delete_user(&d.email)
-                    .map_err(not_found(format!("no user with e-mail {}", d.email)))
+                store.delete_user(&d.email).map_err(not_found(format!("no user with e-mail {}", d.email)))
             }
         },
         Command::Group(g) => match g.command {
@@ -260,9 +224,8 @@ fn run(command: Command) -> Result<(), Failure> {
                 }
                 let org = org_of(&config, a.org.as_deref())?;
                 let store = service::open_store(&config)?;
-                let id = store
-                    .create_group(&org, a.name.trim(), a.email.as_deref().unwrap_or(""))
-                    .map_err(|e| match e {
+                let id =
+                    store.create_group(&org, a.name.trim(), a.email.as_deref().unwrap_or("")).map_err(|e| match e {
                         StoreError::Duplicate(m) => Failure::Usage(m),
                         other => Failure::Store(other),
                     })?;
@@ -283,11 +246,7 @@ fn run(command: Command) -> Result<(), Failure> {
                 init_logging(log::LevelFilter::Warn);
                 let store = service::open_store(&config)?;
                 println!("id\torg\tname\temail\tflags");
-                for p in store
-                    .all_principals()?
-                    .iter()
-                    .filter(|p| p.kind == PrincipalKind::Group)
-                {
+                for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::Group) {
                     println!(
                         "{}\t{}\t{}\t{}\t{}",
                         p.id,
@@ -303,9 +262,7 @@ fn run(command: Command) -> Result<(), Failure> {
                 let config = load(d.config.as_deref())?;
                 init_logging(log::LevelFilter::Warn);
                 let store = service::open_store(&config)?;
-                store
-                    .delete_group(d.group)
-                    .map_err(not_found(format!("no group {}", d.group)))
+                store.delete_group(d.group).map_err(not_found(format!("no group {}", d.group)))
             }
         },
     }

@@ -23,13 +23,7 @@ pub fn hour_of(secs: i64) -> i64 {
 
 impl Quota {
     pub fn new(allowed: u32, hour: i64, saved: Vec<(i64, u32)>) -> Quota {
-        Quota {
-            allowed,
-            state: Mutex::new(State {
-                hour,
-                used: saved.into_iter().collect(),
-            }),
-        }
+        Quota { allowed, state: Mutex::new(State { hour, used: saved.into_iter().collect() }) }
     }
 
     pub fn allowed(&self) -> u32 {
@@ -56,10 +50,7 @@ impl Quota {
     /// The current hour and its counters, for writing to the store.
     pub fn snapshot(&self) -> (i64, Vec<(i64, u32)>) {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        (
-            state.hour,
-            state.used.iter().map(|(u, n)| (*u, *n)).collect(),
-        )
+        (state.hour, state.used.iter().map(|(u, n)| (*u, *n)).collect())
     }
 }
 

@@ -59,20 +59,16 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         .map_err(|e| ServeError::Io(format!("cannot start the runtime: {e}")))?;
 
     let bind = |addr: SocketAddr| -> Result<std::net::TcpListener, ServeError> {
-        let l = std::net::TcpListener::bind(addr)
-            .map_err(|e| ServeError::Io(format!("cannot listen on {addr}: {e}")))?;
-        l.set_nonblocking(true)
-            .map_err(|e| ServeError::Io(e.to_string()))?;
+        let l =
+            std::net::TcpListener::bind(addr).map_err(|e| ServeError::Io(format!("cannot listen on {addr}: {e}")))?;
+        l.set_nonblocking(true).map_err(|e| ServeError::Io(e.to_string()))?;
         Ok(l)
     };
     let http_listener = bind(config.http.listen)?;
-    let http_addr = http_listener
-        .local_addr()
-        .map_err(|e| ServeError::Io(e.to_string()))?;
+    let http_addr = http_listener.local_addr().map_err(|e| ServeError::Io(e.to_string()))?;
     let tls_listener = match &config.http.tls {
         Some(t) => {
-            let server_config =
-                http::tls::server_config(&t.cert, &t.key).map_err(|(_, m)| ServeError::Io(m))?;
+            let server_config = http::tls::server_config(&t.cert, &t.key).map_err(|(_, m)| ServeError::Io(m))?;
             let l = bind(t.listen)?;
             let addr = l.local_addr().map_err(|e| ServeError::Io(e.to_string()))?;
             Some((l, addr, server_config))
@@ -82,25 +78,16 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 
     let tls_addr = tls_listener.as_ref().map(|(_, addr, _)| *addr);
     let pool = Arc::new(
-        Pool::start(
-            Arc::clone(&app),
-            config.http.workers,
-            config.http.queue_depth_max,
-        )
-        .map_err(|e| ServeError::Io(format!("cannot start workers: {e}")))?,
+        Pool::start(Arc::clone(&app), config.http.workers, config.http.queue_depth_max)
+            .map_err(|e| ServeError::Io(format!("cannot start workers: {e}")))?,
     );
-    let shared = Arc::new(http::Shared::new(
-        &config.http,
-        Arc::clone(&pool),
-        app.quota.allowed(),
-    ));
+    let shared = Arc::new(http::Shared::new(&config.http, Arc::clone(&pool), app.quota.allowed()));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
 
     let mut servers = Vec::new();
     {
         let _guard = runtime.enter();
-        let listener = tokio::net::TcpListener::from_std(http_listener)
-            .map_err(|e| ServeError::Io(e.to_string()))?;
+        let listener = tokio::net::TcpListener::from_std(http_listener).map_err(|e| ServeError::Io(e.to_string()))?;
         servers.push(runtime.spawn(http::serve(
             listener,
             None,
@@ -109,8 +96,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             shutdown_rx.clone(),
         )));
         if let Some((l, _, server_config)) = tls_listener {
-            let listener =
-                tokio::net::TcpListener::from_std(l).map_err(|e| ServeError::Io(e.to_string()))?;
+            let listener = tokio::net::TcpListener::from_std(l).map_err(|e| ServeError::Io(e.to_string()))?;
             servers.push(runtime.spawn(http::serve(
                 listener,
                 Some(server_config),
@@ -132,11 +118,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         let _ = writeln!(out, "{ready}");
         let _ = out.flush();
     }
-    log::info!(
-        "sitegate {} serving ({ready}), database {}",
-        env!("CARGO_PKG_VERSION"),
-        store.path().display()
-    );
+    log::info!("sitegate {} serving ({ready}), database {}", env!("CARGO_PKG_VERSION"), store.path().display());
 
     runtime.block_on(wait_for_signal());
     log::info!("shutting down");
@@ -161,10 +143,7 @@ async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => {},

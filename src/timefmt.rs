@@ -21,10 +21,7 @@ pub fn iso(secs: i64) -> String {
 /// `Nov 22, 2026 01:55:07` (UTC), the activity create response's `created`.
 pub fn short(secs: i64) -> String {
     match Timestamp::from_second(secs) {
-        Ok(ts) => ts
-            .to_zoned(TimeZone::UTC)
-            .strftime("%b %-d, %Y %H:%M:%S")
-            .to_string(),
+        Ok(ts) => ts.to_zoned(TimeZone::UTC).strftime("%b %-d, %Y %H:%M:%S").to_string(),
         Err(_) => String::new(),
     }
 }
@@ -36,11 +33,7 @@ pub fn parse_date(s: &str) -> Option<Date> {
     let head = s.get(..10)?;
     let date: Date = head.parse().ok()?;
     let rest = &s[10..];
-    if rest.is_empty() || parse_datetime(s).is_some() {
-        Some(date)
-    } else {
-        None
-    }
+    if rest.is_empty() || parse_datetime(s).is_some() { Some(date) } else { None }
 }
 
 /// A point in time as the API accepts it, in Unix seconds: `2004-02-12T15:19:21+00:00` (any
@@ -51,17 +44,11 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
         return Some(ts.as_second());
     }
     if let Ok(dt) = s.replacen(' ', "T", 1).parse::<DateTime>() {
-        return dt
-            .to_zoned(TimeZone::UTC)
-            .ok()
-            .map(|z| z.timestamp().as_second());
+        return dt.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp().as_second());
     }
     if s.len() == 10 {
         if let Ok(d) = s.parse::<Date>() {
-            return d
-                .to_zoned(TimeZone::UTC)
-                .ok()
-                .map(|z| z.timestamp().as_second());
+            return d.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp().as_second());
         }
     }
     None
@@ -80,25 +67,13 @@ mod tests {
     fn formats() {
         assert_eq!(iso(1_245_509_379), "2009-06-20T14:49:39+00:00");
         assert_eq!(short(1_245_509_379), "Jun 20, 2009 14:49:39");
-        assert_eq!(
-            parse_datetime("2009-06-20T14:49:39+00:00"),
-            Some(1_245_509_379)
-        );
-        assert_eq!(
-            parse_datetime("2009-06-20T16:49:39+02:00"),
-            Some(1_245_509_379)
-        );
+        assert_eq!(parse_datetime("2009-06-20T14:49:39+00:00"), Some(1_245_509_379));
+        assert_eq!(parse_datetime("2009-06-20T16:49:39+02:00"), Some(1_245_509_379));
         assert_eq!(parse_datetime("2009-06-20 14:49:39"), Some(1_245_509_379));
         assert_eq!(parse_datetime("2009-06-20"), Some(1_245_456_000));
         assert_eq!(parse_datetime("yesterday"), None);
-        assert_eq!(
-            parse_date("2009-06-20").map(|d| d.to_string()),
-            Some("2009-06-20".into())
-        );
-        assert_eq!(
-            parse_date("2009-06-20 10:00:00").map(|d| d.to_string()),
-            Some("2009-06-20".into())
-        );
+        assert_eq!(parse_date("2009-06-20").map(|d| d.to_string()), Some("2009-06-20".into()));
+        assert_eq!(parse_date("2009-06-20 10:00:00").map(|d| d.to_string()), Some("2009-06-20".into()));
         assert_eq!(parse_date("2009-02-30"), None);
         assert_eq!(parse_date("2009-06-20xyz"), None);
     }

@@ -12,6 +12,7 @@
 //! | invalidparameter | 400 | a query parameter out of range or of the wrong form |
 //! | invalidrequest | 400 | a body that cannot be parsed |
 //! | invalidreference | 400 | the body names a tag, record, user or group that cannot be used |
+//! | invalidparent | 400 | an activity may not sit under that parent; the message lists the allowed ones |
 //! | authenticationfailed | 401 | missing or wrong credentials, or a disabled user |
 //! | accessdenied | 403 | allowed to call, not allowed to do this |
 //! | methodnotallowed | 405 | the path exists, the method does not |
@@ -37,12 +38,7 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(status: u16, element: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            element: Cow::Borrowed(element),
-            message: message.into(),
-            headers: Vec::new(),
-        }
+        ApiError { status, element: Cow::Borrowed(element), message: message.into(), headers: Vec::new() }
     }
 
     pub fn item_not_found() -> ApiError {
@@ -54,11 +50,7 @@ impl ApiError {
     }
 
     pub fn incorrect_field(name: &str) -> ApiError {
-        ApiError::new(
-            400,
-            "incorrectfield",
-            format!("Incorrect field specified: {name}"),
-        )
+        ApiError::new(400, "incorrectfield", format!("Incorrect field specified: {name}"))
     }
 
     pub fn invalid_value(field: &str, message: impl std::fmt::Display) -> ApiError {
@@ -86,41 +78,27 @@ impl ApiError {
     }
 
     pub fn method_not_allowed(allow: &[&str]) -> ApiError {
-        let mut e = ApiError::new(
-            405,
-            "methodnotallowed",
-            format!("Method not allowed here; allowed: {}", allow.join(", ")),
-        );
+        let mut e =
+            ApiError::new(405, "methodnotallowed", format!("Method not allowed here; allowed: {}", allow.join(", ")));
         e.headers.push(("Allow", allow.join(", ")));
         e
     }
 
     pub fn request_timeout() -> ApiError {
-        ApiError::new(
-            408,
-            "requesttimeout",
-            "The request body did not arrive in time",
-        )
+        ApiError::new(408, "requesttimeout", "The request body did not arrive in time")
     }
 
     pub fn too_large(limit_bytes: usize) -> ApiError {
-        ApiError::new(
-            413,
-            "requesttoolarge",
-            format!("The request body is larger than {limit_bytes} bytes"),
-        )
+        ApiError::new(413, "requesttoolarge", format!("The request body is larger than {limit_bytes} bytes"))
     }
 
     pub fn quota_exceeded(allowed: u32, retry_after_secs: i64) -> ApiError {
         let mut e = ApiError::new(
             429,
             "quotaexceeded",
-            format!(
-                "The quota of {allowed} API calls per hour is used up; it renews at the top of the hour"
-            ),
+            format!("The quota of {allowed} API calls per hour is used up; it renews at the top of the hour"),
         );
-        e.headers
-            .push(("Retry-After", retry_after_secs.max(1).to_string()));
+        e.headers.push(("Retry-After", retry_after_secs.max(1).to_string()));
         e
     }
 
@@ -136,11 +114,7 @@ impl ApiError {
         let _ = getrandom::fill(&mut bytes);
         let reference = hex::encode(bytes);
         log::error!("internal error {reference}: {cause}");
-        ApiError::new(
-            500,
-            "internalerror",
-            format!("Internal error (reference {reference})"),
-        )
+        ApiError::new(500, "internalerror", format!("Internal error (reference {reference})"))
     }
 }
 
@@ -150,6 +124,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound => ApiError::item_not_found(),
             StoreError::BadReference(m) => ApiError::new(400, "invalidreference", m),
             StoreError::Forbidden(m) => ApiError::forbidden(m),
+            StoreError::WrongParent(m) => ApiError::new(400, "invalidparent", m),
             StoreError::Duplicate(m) => ApiError::new(409, "alreadyexists", m),
             StoreError::Busy => ApiError::busy(),
             StoreError::Internal(m) => ApiError::internal(&m),

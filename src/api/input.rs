@@ -45,25 +45,21 @@ pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiE
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Map::new()));
     }
-    let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
     let value = match body_kind(content_type, body) {
         BodyKind::Json => parse_json(text)?,
         BodyKind::Form => parse_form(text)?,
         BodyKind::Xml => parse_xml(text)?,
     };
     if !value.is_object() {
-        return Err(ApiError::invalid_request(
-            "the body must be an object (JSON) or a <request> element (XML)",
-        ));
+        return Err(ApiError::invalid_request("the body must be an object (JSON) or a <request> element (XML)"));
     }
     check_shape(&value)?;
     Ok(value)
 }
 
 fn parse_json(text: &str) -> Result<Value, ApiError> {
-    serde_json::from_str(text)
-        .map_err(|e| ApiError::invalid_request(format!("malformed JSON: {e}")))
+    serde_json::from_str(text).map_err(|e| ApiError::invalid_request(format!("malformed JSON: {e}")))
 }
 
 /// Parses form data or a query string with nested keys (`categories[add][]=5`).
@@ -71,12 +67,9 @@ pub fn parse_form(text: &str) -> Result<Value, ApiError> {
     if text.is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    let config = serde_qs::Config::new()
-        .max_depth(limits::INPUT_DEPTH_MAX)
-        .use_form_encoding(true);
-    let value: Value = config
-        .deserialize_str(text)
-        .map_err(|e| ApiError::invalid_request(format!("malformed form data: {e}")))?;
+    let config = serde_qs::Config::new().max_depth(limits::INPUT_DEPTH_MAX).use_form_encoding(true);
+    let value: Value =
+        config.deserialize_str(text).map_err(|e| ApiError::invalid_request(format!("malformed form data: {e}")))?;
     check_shape(&value)?;
     Ok(value)
 }
@@ -106,11 +99,7 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
         Ok(raw.to_string())
     }
     fn close(frame: Frame) -> Value {
-        if frame.children.is_empty() {
-            Value::String(frame.text)
-        } else {
-            Value::Object(frame.children)
-        }
+        if frame.children.is_empty() { Value::String(frame.text) } else { Value::Object(frame.children) }
     }
 
     let mut reader = quick_xml::Reader::from_str(text);
@@ -127,16 +116,10 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
                 }
                 nodes += 1;
                 if stack.len() >= limits::INPUT_DEPTH_MAX || nodes > limits::INPUT_NODES_MAX {
-                    return Err(ApiError::invalid_request(
-                        "the XML body is nested too deeply or too large",
-                    ));
+                    return Err(ApiError::invalid_request("the XML body is nested too deeply or too large"));
                 }
                 let name = element_name(e.local_name().as_ref())?;
-                stack.push(Frame {
-                    name,
-                    children: Map::new(),
-                    text: String::new(),
-                });
+                stack.push(Frame { name, children: Map::new(), text: String::new() });
             }
             Event::Empty(e) => {
                 nodes += 1;
@@ -176,9 +159,7 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
                 None => return Err(bad("text outside the root element")),
             },
             Event::GeneralRef(r) => {
-                let resolved = quick_xml::escape::unescape(&format!("&{};", &*r))
-                    .map_err(bad)?
-                    .into_owned();
+                let resolved = quick_xml::escape::unescape(&format!("&{};", &*r)).map_err(bad)?.into_owned();
                 match stack.last_mut() {
                     Some(frame) => frame.text.push_str(&resolved),
                     None => return Err(bad("text outside the root element")),
@@ -212,9 +193,7 @@ fn check_shape(value: &Value) -> Result<(), ApiError> {
     if walk(value, 0, &mut nodes) {
         Ok(())
     } else {
-        Err(ApiError::invalid_request(
-            "the body is nested too deeply or has too many values",
-        ))
+        Err(ApiError::invalid_request("the body is nested too deeply or has too many values"))
     }
 }
 
@@ -284,10 +263,7 @@ impl<'a> Params<'a> {
             None => Ok(None),
             Some(0) => Ok(Some(false)),
             Some(1) => Ok(Some(true)),
-            Some(n) => Err(ApiError::invalid_parameter(
-                key,
-                format!("{n} is not 0 or 1"),
-            )),
+            Some(n) => Err(ApiError::invalid_parameter(key, format!("{n} is not 0 or 1"))),
         }
     }
 }
@@ -306,16 +282,15 @@ pub fn ids_under(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
                 if text.is_empty() {
                     return Ok(());
                 }
-                let id = text.parse::<i64>().ok().filter(|i| *i > 0).ok_or_else(|| {
-                    ApiError::invalid_value(what, format!("{text:?} is not an id"))
-                })?;
+                let id = text
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|i| *i > 0)
+                    .ok_or_else(|| ApiError::invalid_value(what, format!("{text:?} is not an id")))?;
                 if out.len() >= limits::REFERENCES_PER_REQUEST_MAX {
                     return Err(ApiError::invalid_value(
                         what,
-                        format!(
-                            "more than {} ids in one request",
-                            limits::REFERENCES_PER_REQUEST_MAX
-                        ),
+                        format!("more than {} ids in one request", limits::REFERENCES_PER_REQUEST_MAX),
                     ));
                 }
                 if !out.contains(&id) {
@@ -336,11 +311,7 @@ mod tests {
     use serde_json::json;
 
     fn check(ct: Option<&str>, body: &str, expected: Value) {
-        assert_eq!(
-            parse_body(ct, body.as_bytes()).unwrap(),
-            expected,
-            "body: {body}"
-        );
+        assert_eq!(parse_body(ct, body.as_bytes()).unwrap(), expected, "body: {body}");
     }
 
     #[test]
@@ -356,11 +327,7 @@ mod tests {
             "firstname=Ann&categories[add][category][]=5&categories[add][category][]=6",
             expected,
         );
-        check(
-            Some("application/json"),
-            r#"{"firstname":"Ann","n":5}"#,
-            json!({"firstname": "Ann", "n": 5}),
-        );
+        check(Some("application/json"), r#"{"firstname":"Ann","n":5}"#, json!({"firstname": "Ann", "n": 5}));
         check(
             None,
             "<request><a>x &amp; y&#33;</a><b/><c><![CDATA[<z>]]></c></request>",
@@ -389,10 +356,7 @@ mod tests {
 
     #[test]
     fn ids_in_every_shape() {
-        assert_eq!(
-            ids_under(&json!({"category": ["5", "6"]}), "x").unwrap(),
-            vec![5, 6]
-        );
+        assert_eq!(ids_under(&json!({"category": ["5", "6"]}), "x").unwrap(), vec![5, 6]);
         assert_eq!(ids_under(&json!([5, "6", 5]), "x").unwrap(), vec![5, 6]);
         assert_eq!(ids_under(&json!("7"), "x").unwrap(), vec![7]);
         assert!(ids_under(&json!(["x"]), "x").is_err());

@@ -3,6 +3,7 @@
 //! it again for each nested request, so both go through the same authentication, quota,
 //! routing and rendering.
 
+mod activities;
 pub mod error;
 pub mod input;
 pub mod output;
@@ -18,6 +19,7 @@ use serde_json::Value;
 use crate::auth::{self, AuthError};
 use crate::config::Config;
 use crate::limits;
+use crate::model::activity::ActivityType;
 use crate::model::{RecordType, Viewer};
 use crate::quota::Quota;
 use crate::store::Store;
@@ -34,6 +36,8 @@ pub struct App {
     pub config: Config,
     pub store: Arc<Store>,
     pub quota: Quota,
+    /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics (for tests).
+    pub fault_injection: bool,
 }
 
 /// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
@@ -86,11 +90,7 @@ impl Format {
                 .filter_map(|v| v.to_str().ok())
                 .any(|v| v.to_ascii_lowercase().contains("json"))
         });
-        if wants_json {
-            Format::Json
-        } else {
-            Format::Xml
-        }
+        if wants_json { Format::Json } else { Format::Xml }
     }
 }
 
@@ -105,19 +105,11 @@ pub struct Reply {
 
 impl Reply {
     pub fn ok(doc: Out) -> Reply {
-        Reply {
-            status: 200,
-            doc,
-            location: None,
-        }
+        Reply { status: 200, doc, location: None }
     }
 
     pub fn created(doc: Out, location: String) -> Reply {
-        Reply {
-            status: 201,
-            doc,
-            location: Some(location),
-        }
+        Reply { status: 201, doc, location: Some(location) }
     }
 }
 
@@ -147,11 +139,8 @@ impl App {
         let hour = crate::quota::hour_of(now);
         let saved = store.load_quota(hour)?;
         let quota = Quota::new(config.api.quota_calls_per_hour, hour, saved);
-        Ok(App {
-            config,
-            store,
-            quota,
-        })
+        let fault_injection = std::env::var("SITEGATE_FAULT_INJECTION").is_ok_and(|v| v == "1");
+        Ok(App { config, store, quota, fault_injection })
     }
 
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
@@ -162,19 +151,12 @@ impl App {
         let format = Format::negotiate(&req.headers, query.as_ref().unwrap_or(&empty));
         let allowed = self.quota.allowed();
 
-        let auth_header = req
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
+        let auth_header = req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let viewer = match auth::authenticate(&self.store, auth_header) {
             Ok(v) => v,
             Err(AuthError::Refused) => {
-                let mut resp =
-                    render_error(&format, ApiError::unauthorized(), format!("0/{allowed}"));
-                resp.headers.push((
-                    "WWW-Authenticate",
-                    format!("Basic realm=\"{REALM}\", charset=\"UTF-8\""),
-                ));
+                let mut resp = render_error(&format, ApiError::unauthorized(), format!("0/{allowed}"));
+                resp.headers.push(("WWW-Authenticate", format!("Basic realm=\"{REALM}\", charset=\"UTF-8\"")));
                 return resp;
             }
             Err(AuthError::Store(e)) => {
@@ -186,29 +168,16 @@ impl App {
             Ok(used) => used,
             Err(used) => {
                 let retry = 3600 - now.rem_euclid(3600);
-                return render_error(
-                    &format,
-                    ApiError::quota_exceeded(allowed, retry),
-                    format!("{used}/{allowed}"),
-                );
+                return render_error(&format, ApiError::quota_exceeded(allowed, retry), format!("{used}/{allowed}"));
             }
         };
         let quota_value = format!("{used}/{allowed}");
 
         let result = (|| {
             let query = query?;
-            let content_type = req
-                .headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok());
+            let content_type = req.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
             let body = input::parse_body(content_type, &req.body)?;
-            let ctx = Ctx {
-                app: self,
-                viewer,
-                query,
-                body,
-                now,
-            };
+            let ctx = Ctx { app: self, viewer, query, body, now };
             route(&ctx, &req.method, &req.path)
         })();
         match result {
@@ -223,12 +192,17 @@ fn segments(path: &str) -> Vec<&str> {
     path.split('/').filter(|s| !s.is_empty()).collect()
 }
 
+fn is_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
 fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiError> {
     let segs = segments(path);
-    let allow = |methods: &[&str]| -> Result<Reply, ApiError> {
-        Err(ApiError::method_not_allowed(methods))
-    };
+    let allow = |methods: &[&str]| -> Result<Reply, ApiError> { Err(ApiError::method_not_allowed(methods)) };
     match segs.as_slice() {
+        // Fault injection for the tests of panic isolation; off unless the service was started
+        // with SITEGATE_FAULT_INJECTION=1.
+        ["_fault", "panic"] if ctx.app.fault_injection => panic!("fault injection: a handler panics"),
         ["ownership"] => match *method {
             Method::GET => records::ownership(ctx),
             _ => allow(&["GET"]),
@@ -252,13 +226,29 @@ fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiError> 
                     Method::GET => records::list_fields(ctx, rt),
                     _ => allow(&["GET"]),
                 },
-                [id] if id.bytes().all(|b| b.is_ascii_digit()) => {
+                [id] if is_id(id) => {
                     let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
                     match *method {
                         Method::GET => records::show(ctx, rt, id),
                         Method::PUT => records::update(ctx, rt, id),
                         Method::DELETE => records::delete(ctx, rt, id),
                         _ => allow(&["GET", "PUT", "DELETE"]),
+                    }
+                }
+                [activity] if ActivityType::from_segment(activity).is_some() => {
+                    let kind = ActivityType::from_segment(activity).ok_or_else(|| ApiError::no_such_path(path))?;
+                    match *method {
+                        Method::POST => activities::create(ctx, kind),
+                        _ => allow(&["POST"]),
+                    }
+                }
+                [activity, id] if ActivityType::from_segment(activity).is_some() && is_id(id) => {
+                    let kind = ActivityType::from_segment(activity).ok_or_else(|| ApiError::no_such_path(path))?;
+                    let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
+                    match *method {
+                        Method::PUT => activities::update(ctx, kind, id),
+                        Method::DELETE => activities::delete(ctx, kind, id),
+                        _ => allow(&["PUT", "DELETE"]),
                     }
                 }
                 _ => Err(ApiError::no_such_path(path)),
@@ -271,88 +261,44 @@ fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiError> 
 fn members(doc: Out) -> Vec<Member> {
     match doc {
         Out::Map(m) => m,
-        other => vec![Member {
-            xml: "result".into(),
-            json: None,
-            attrs: Vec::new(),
-            value: other,
-        }],
+        other => vec![Member { xml: "result".into(), json: None, attrs: Vec::new(), value: other }],
     }
 }
 
-fn render(
-    format: &Format,
-    mut members: Vec<Member>,
-    status_text: &'static str,
-) -> (Vec<u8>, &'static str) {
-    members.push(Member {
-        xml: "status".into(),
-        json: None,
-        attrs: Vec::new(),
-        value: Out::text(status_text),
-    });
+fn render(format: &Format, mut members: Vec<Member>, status_text: &'static str) -> (Vec<u8>, &'static str) {
+    members.push(Member { xml: "status".into(), json: None, attrs: Vec::new(), value: Out::text(status_text) });
     match format {
-        Format::Xml => (
-            output::to_xml(&members).into_bytes(),
-            "application/xml; charset=utf-8",
-        ),
-        Format::Json => (
-            output::to_json(&members).into_bytes(),
-            "application/json; charset=utf-8",
-        ),
-        Format::Jsonp(cb) => (
-            format!("{cb}({});", output::to_json(&members)).into_bytes(),
-            "application/javascript; charset=utf-8",
-        ),
+        Format::Xml => (output::to_xml(&members).into_bytes(), "application/xml; charset=utf-8"),
+        Format::Json => (output::to_json(&members).into_bytes(), "application/json; charset=utf-8"),
+        Format::Jsonp(cb) => {
+            (format!("{cb}({});", output::to_json(&members)).into_bytes(), "application/javascript; charset=utf-8")
+        }
     }
 }
 
 pub fn render_reply(format: &Format, reply: Reply, quota_value: String) -> Response {
     let (body, content_type) = render(format, members(reply.doc), "success");
-    let mut headers = vec![
-        ("Content-Type", content_type.to_string()),
-        (QUOTA_HEADER, quota_value),
-    ];
+    let mut headers = vec![("Content-Type", content_type.to_string()), (QUOTA_HEADER, quota_value)];
     if let Some(location) = reply.location {
         headers.push(("Location", location));
     }
-    Response {
-        status: reply.status,
-        headers,
-        body,
-    }
+    Response { status: reply.status, headers, body }
 }
 
 pub fn render_error(format: &Format, err: ApiError, quota_value: String) -> Response {
     let errors = Out::map().with(err.element.clone(), Out::text(err.message.clone()));
     let (body, content_type) = render(format, members(Out::map().with("errors", errors)), "failed");
-    let mut headers = vec![
-        ("Content-Type", content_type.to_string()),
-        (QUOTA_HEADER, quota_value),
-    ];
+    let mut headers = vec![("Content-Type", content_type.to_string()), (QUOTA_HEADER, quota_value)];
     headers.extend(err.headers.into_iter());
     // A JSONP caller cannot read the status line: answer 200 so the script runs and sees
     // `"status": "failed"`.
-    let status = if matches!(format, Format::Jsonp(_)) && err.status != 401 {
-        200
-    } else {
-        err.status
-    };
-    Response {
-        status,
-        headers,
-        body,
-    }
+    let status = if matches!(format, Format::Jsonp(_)) && err.status != 401 { 200 } else { err.status };
+    Response { status, headers, body }
 }
 
 /// Answers requests that never reach a handler (body too large, overload, a handler panic),
 /// in the API's error shape.
-pub fn early_error(
-    headers: &HeaderMap,
-    query: &str,
-    err: ApiError,
-    quota_allowed: u32,
-) -> Response {
+pub fn early_error(headers: &HeaderMap, query: &str, err: ApiError, quota_allowed: u32) -> Response {
     let query = input::parse_form(query).unwrap_or_else(|_| Value::Object(Default::default()));
     let format = Format::negotiate(headers, &query);
     render_error(&format, err, format!("0/{quota_allowed}"))

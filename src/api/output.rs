@@ -54,12 +54,7 @@ impl Out {
 
     pub fn push(&mut self, name: impl Into<Cow<'static, str>>, value: Out) {
         if let Out::Map(members) = self {
-            members.push(Member {
-                xml: name.into(),
-                json: None,
-                attrs: Vec::new(),
-                value,
-            });
+            members.push(Member { xml: name.into(), json: None, attrs: Vec::new(), value });
         }
     }
 
@@ -84,12 +79,7 @@ impl Out {
         value: Out,
     ) {
         if let Out::Map(members) = self {
-            members.push(Member {
-                xml: name.into(),
-                json: None,
-                attrs: vec![(attr, attr_value)],
-                value,
-            });
+            members.push(Member { xml: name.into(), json: None, attrs: vec![(attr, attr_value)], value });
         }
     }
 
@@ -127,13 +117,7 @@ fn write_member(out: &mut String, m: &Member, depth: usize) {
     write_element(out, &m.xml, &m.attrs, &m.value, depth);
 }
 
-fn write_element(
-    out: &mut String,
-    name: &str,
-    attrs: &[(&'static str, String)],
-    value: &Out,
-    depth: usize,
-) {
+fn write_element(out: &mut String, name: &str, attrs: &[(&'static str, String)], value: &Out, depth: usize) {
     indent(out, depth);
     out.push('<');
     out.push_str(name);
@@ -201,20 +185,12 @@ fn xml_chars(s: &str) -> Cow<'_, str> {
     if s.chars().all(ok) {
         Cow::Borrowed(s)
     } else {
-        Cow::Owned(
-            s.chars()
-                .map(|c| if ok(c) { c } else { '\u{FFFD}' })
-                .collect(),
-        )
+        Cow::Owned(s.chars().map(|c| if ok(c) { c } else { '\u{FFFD}' }).collect())
     }
 }
 
 fn float_text(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        String::new()
-    }
+    if x.is_finite() { format!("{x}") } else { String::new() }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,9 +219,7 @@ fn to_value(out: &Out) -> Value {
         Out::Null => Value::Null,
         Out::Text(s) => Value::String(s.clone()),
         Out::Int(n) => Value::Number((*n).into()),
-        Out::Float(x) => Number::from_f64(*x)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
+        Out::Float(x) => Number::from_f64(*x).map(Value::Number).unwrap_or(Value::Null),
         Out::Map(members) => members_to_json(members),
         Out::List { items, .. } => Value::Array(items.iter().map(to_value).collect()),
     }
@@ -260,15 +234,10 @@ mod tests {
         let mut entries = Out::map();
         entries.push_keyed(131, Out::map().with("name", Out::text("A & B")));
         let mut doc = Out::map()
-            .with(
-                "categories",
-                Out::list("category", vec![Out::map().with("id", Out::Int(5))]),
-            )
+            .with("categories", Out::list("category", vec![Out::map().with("id", Out::Int(5))]))
             .with("empty", Out::text(""));
         doc.push_attr("assignedto", "cn", "Ann <Lee>".into(), Out::text("12"));
-        let Out::Map(mut members) = doc else {
-            unreachable!()
-        };
+        let Out::Map(mut members) = doc else { unreachable!() };
         let Out::Map(e) = entries else { unreachable!() };
         members.extend(e);
         let xml = to_xml(&members);
@@ -280,12 +249,7 @@ mod tests {
             to_json(&members),
             r#"{"categories":[{"id":5}],"empty":"","assignedto_cn":"Ann <Lee>","assignedto":"12","131":{"name":"A & B"}}"#
         );
-        let bad = to_xml(&[Member {
-            xml: "x".into(),
-            json: None,
-            attrs: vec![],
-            value: Out::text("a\u{1}b"),
-        }]);
+        let bad = to_xml(&[Member { xml: "x".into(), json: None, attrs: vec![], value: Out::text("a\u{1}b") }]);
         assert!(bad.contains("<x>a\u{FFFD}b</x>"));
     }
 }

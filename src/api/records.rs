@@ -7,10 +7,11 @@ use super::input::{Params, ids_under, scalar_text};
 use super::output::Out;
 use super::{Ctx, Reply};
 use crate::limits;
+use crate::model::activity::ActivityType;
 use crate::model::{self, FieldDef, PrincipalKind, RecordType};
 use crate::store::{
-    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow,
-    RelatedItem, Search, SearchMode, SortField,
+    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow, RelatedItem, Search,
+    SearchMode, SortField,
 };
 use crate::timefmt::{self, iso};
 
@@ -22,9 +23,7 @@ fn opt_iso(t: Option<i64>) -> Out {
 }
 
 fn category_out(c: &CategoryRef) -> Out {
-    Out::map()
-        .with("id", Out::Int(c.id))
-        .with("name", Out::text(c.name.clone()))
+    Out::map().with("id", Out::Int(c.id)).with("name", Out::text(c.name.clone()))
 }
 
 fn related_out(r: &RelatedItem) -> Out {
@@ -66,9 +65,19 @@ fn item_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
 }
 
 fn activity_out(a: &ActivityRow) -> Out {
+    // Every field of the type in the table's order (empty when unset).
     let mut fields = Out::map();
-    for (k, v) in &a.fields {
-        fields.push(k.clone(), Out::text(v.clone()));
+    match ActivityType::from_typeid(a.typeid) {
+        Some(kind) => {
+            for f in kind.fields() {
+                fields.push(f.name, Out::text(a.fields.get(f.name).cloned().unwrap_or_default()));
+            }
+        }
+        None => {
+            for (k, v) in &a.fields {
+                fields.push(k.clone(), Out::text(v.clone()));
+            }
+        }
     }
     Out::map()
         .with("id", Out::Int(a.id))
@@ -91,12 +100,7 @@ fn activity_out(a: &ActivityRow) -> Out {
 
 /// What Show returns (also the body of a create's 201): item, activities, categories,
 /// related items.
-fn show_doc(
-    ctx: &Ctx<'_>,
-    rt: RecordType,
-    id: i64,
-    viewed_now: Option<i64>,
-) -> Result<Out, ApiError> {
+fn show_doc(ctx: &Ctx<'_>, rt: RecordType, id: i64, viewed_now: Option<i64>) -> Result<Out, ApiError> {
     let mut detail = ctx.app.store.show_record(&ctx.viewer, rt, id)?;
     if let Some(now) = viewed_now {
         detail.record.viewed = Some(now);
@@ -108,20 +112,8 @@ fn show_doc(
     Ok(Out::map()
         .with("item", item_out(ctx, &detail.record))
         .with("activities", activities)
-        .with(
-            "categories",
-            Out::list(
-                "category",
-                detail.categories.iter().map(category_out).collect(),
-            ),
-        )
-        .with(
-            "relateditems",
-            Out::list(
-                "relatedto",
-                detail.related.iter().map(related_out).collect(),
-            ),
-        ))
+        .with("categories", Out::list("category", detail.categories.iter().map(category_out).collect()))
+        .with("relateditems", Out::list("relatedto", detail.related.iter().map(related_out).collect())))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,11 +129,7 @@ pub fn create(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
     let input = record_input(ctx, rt, &ctx.body)?;
     let new = NewRecord {
         record_type: rt,
-        fields: input
-            .fields
-            .into_iter()
-            .filter(|(_, v)| !v.is_empty())
-            .collect(),
+        fields: input.fields.into_iter().filter(|(_, v)| !v.is_empty()).collect(),
         ownership: input.ownership,
         flagged: input.flagged.unwrap_or(false),
         categories_add: input.categories_add,
@@ -174,14 +162,13 @@ fn record_input(ctx: &Ctx<'_>, rt: RecordType, body: &Value) -> Result<RecordCha
     for (key, value) in map {
         match key.as_str() {
             "ownership" => {
-                changes.ownership = params.int("ownership").map_err(|_| {
-                    ApiError::invalid_value("ownership", "must be a user or group id")
-                })?;
+                changes.ownership = params
+                    .int("ownership")
+                    .map_err(|_| ApiError::invalid_value("ownership", "must be a user or group id"))?;
             }
             "flagged" => {
-                changes.flagged = params
-                    .flag("flagged")
-                    .map_err(|_| ApiError::invalid_value("flagged", "must be 0 or 1"))?;
+                changes.flagged =
+                    params.flag("flagged").map_err(|_| ApiError::invalid_value("flagged", "must be 0 or 1"))?;
             }
             "categories" => {
                 let (add, remove) = add_remove(value, "categories")?;
@@ -194,16 +181,15 @@ fn record_input(ctx: &Ctx<'_>, rt: RecordType, body: &Value) -> Result<RecordCha
                 changes.related_remove = ids_under(remove, "relateditems")?;
             }
             name => {
-                let def = model::field_of(rt, &ctx.app.config.fields, name)
-                    .ok_or_else(|| ApiError::incorrect_field(name))?;
+                let def =
+                    model::field_of(rt, &ctx.app.config.fields, name).ok_or_else(|| ApiError::incorrect_field(name))?;
                 let text = match value {
                     Value::Null => String::new(),
-                    other => scalar_text(other)
-                        .ok_or_else(|| ApiError::invalid_value(name, "must be a single value"))?,
+                    other => {
+                        scalar_text(other).ok_or_else(|| ApiError::invalid_value(name, "must be a single value"))?
+                    }
                 };
-                let normalized = def
-                    .normalize(&text)
-                    .map_err(|m| ApiError::invalid_value(name, m))?;
+                let normalized = def.normalize(&text).map_err(|m| ApiError::invalid_value(name, m))?;
                 changes.fields.insert(def.name(), normalized);
             }
         }
@@ -218,15 +204,9 @@ fn add_remove<'v>(value: &'v Value, what: &str) -> Result<(&'v Value, &'v Value)
     match value {
         Value::Object(m) => {
             if let Some(other) = m.keys().find(|k| *k != "add" && *k != "remove") {
-                return Err(ApiError::invalid_value(
-                    what,
-                    format!("holds add and remove, not {other}"),
-                ));
+                return Err(ApiError::invalid_value(what, format!("holds add and remove, not {other}")));
             }
-            Ok((
-                m.get("add").unwrap_or(&NOTHING),
-                m.get("remove").unwrap_or(&NOTHING),
-            ))
+            Ok((m.get("add").unwrap_or(&NOTHING), m.get("remove").unwrap_or(&NOTHING)))
         }
         Value::String(s) if s.is_empty() => Ok((&NOTHING, &NOTHING)),
         _ => Err(ApiError::invalid_value(what, "must hold add and/or remove")),
@@ -243,18 +223,15 @@ fn related_entries(value: &Value) -> Result<Vec<(i64, String)>, ApiError> {
             Value::Object(m) if m.contains_key("id") => {
                 let id = ids_under(&m["id"], "relateditems")?;
                 let [id] = id.as_slice() else {
-                    return Err(ApiError::invalid_value(
-                        "relateditems",
-                        "each relatedto needs one id",
-                    ));
+                    return Err(ApiError::invalid_value("relateditems", "each relatedto needs one id"));
                 };
                 let note = match m.get("note") {
                     None | Some(Value::Null) => String::new(),
-                    Some(n) => scalar_text(n)
-                        .ok_or_else(|| ApiError::invalid_value("relateditems", "a note is text"))?,
+                    Some(n) => {
+                        scalar_text(n).ok_or_else(|| ApiError::invalid_value("relateditems", "a note is text"))?
+                    }
                 };
-                model::check_text(&note)
-                    .map_err(|e| ApiError::invalid_value("relateditems", format!("note {e}")))?;
+                model::check_text(&note).map_err(|e| ApiError::invalid_value("relateditems", format!("note {e}")))?;
                 out.push((*id, note.trim().to_string()));
                 Ok(())
             }
@@ -270,10 +247,7 @@ fn related_entries(value: &Value) -> Result<Vec<(i64, String)>, ApiError> {
     let mut out = Vec::new();
     walk(value, &mut out)?;
     if out.len() > limits::REFERENCES_PER_REQUEST_MAX {
-        return Err(ApiError::invalid_value(
-            "relateditems",
-            "too many in one request",
-        ));
+        return Err(ApiError::invalid_value("relateditems", "too many in one request"));
     }
     Ok(out)
 }
@@ -302,17 +276,8 @@ pub fn list(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
 }
 
 /// Entry keys a flattened field must not overwrite (a company's `name` field is its name).
-const ENTRY_KEYS: &[&str] = &[
-    "id",
-    "name",
-    "parentid",
-    "flagged",
-    "company",
-    "created",
-    "viewed",
-    "updated",
-    "categories",
-];
+const ENTRY_KEYS: &[&str] =
+    &["id", "name", "parentid", "flagged", "company", "created", "viewed", "updated", "categories"];
 
 fn entry_out(e: &ListEntry, layout: &Layout) -> Out {
     let r = &e.record;
@@ -325,29 +290,19 @@ fn entry_out(e: &ListEntry, layout: &Layout) -> Out {
         if ENTRY_KEYS.contains(&name.as_str()) {
             continue;
         }
-        out.push(
-            name.clone(),
-            Out::text(r.fields.get(name).cloned().unwrap_or_default()),
-        );
+        out.push(name.clone(), Out::text(r.fields.get(name).cloned().unwrap_or_default()));
     }
     out.push("company", Out::text(e.company.clone()));
     out.push("created", Out::text(iso(r.created)));
     out.push("viewed", opt_iso(r.viewed));
     out.push("updated", Out::text(iso(r.updated)));
     if layout.categories {
-        out.push(
-            "categories",
-            Out::list("category", e.categories.iter().map(category_out).collect()),
-        );
+        out.push("categories", Out::list("category", e.categories.iter().map(category_out).collect()));
     }
     out
 }
 
-fn list_query(
-    ctx: &Ctx<'_>,
-    rt: RecordType,
-    p: &Params<'_>,
-) -> Result<(ListQuery, Layout), ApiError> {
+fn list_query(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<(ListQuery, Layout), ApiError> {
     let custom = &ctx.app.config.fields;
     let all_fields = model::fields_of(rt, custom);
 
@@ -379,20 +334,14 @@ fn list_query(
         None => limits::LIST_LIMIT_DEFAULT,
         Some(n) if (0..=i64::from(limits::LIST_LIMIT_MAX)).contains(&n) => n as u32,
         Some(n) => {
-            return Err(ApiError::invalid_parameter(
-                "limit",
-                format!("{n} is outside 0..={}", limits::LIST_LIMIT_MAX),
-            ));
+            return Err(ApiError::invalid_parameter("limit", format!("{n} is outside 0..={}", limits::LIST_LIMIT_MAX)));
         }
     };
     let start = match p.int("start")? {
         None => 0,
         Some(n) if n >= 0 => n as u64,
         Some(n) => {
-            return Err(ApiError::invalid_parameter(
-                "start",
-                format!("{n} is negative"),
-            ));
+            return Err(ApiError::invalid_parameter("start", format!("{n} is negative")));
         }
     };
 
@@ -409,38 +358,19 @@ fn list_query(
             ));
         }
     };
-    let descending = match p
-        .nonempty("sortdir")?
-        .map(|s| s.to_ascii_uppercase())
-        .as_deref()
-    {
+    let descending = match p.nonempty("sortdir")?.map(|s| s.to_ascii_uppercase()).as_deref() {
         None | Some("ASC") => false,
         Some("DESC") => true,
         Some(other) => {
-            return Err(ApiError::invalid_parameter(
-                "sortdir",
-                format!("{other:?} is not ASC or DESC"),
-            ));
+            return Err(ApiError::invalid_parameter("sortdir", format!("{other:?} is not ASC or DESC")));
         }
     };
 
     let filter = filter_of(ctx, rt, p)?;
     let search = search_of(rt, custom, p)?;
     Ok((
-        ListQuery {
-            record_type: rt,
-            filter,
-            search,
-            sort,
-            descending,
-            limit,
-            start,
-            with_categories,
-        },
-        Layout {
-            fields,
-            categories: with_categories,
-        },
+        ListQuery { record_type: rt, filter, search, sort, descending, limit, start, with_categories },
+        Layout { fields, categories: with_categories },
     ))
 }
 
@@ -455,16 +385,10 @@ fn name_list(v: &Value, what: &str) -> Result<Vec<String>, ApiError> {
     match v {
         Value::Array(items) => {
             for i in items {
-                push(
-                    &scalar_text(i)
-                        .ok_or_else(|| ApiError::invalid_parameter(what, "must be field names"))?,
-                );
+                push(&scalar_text(i).ok_or_else(|| ApiError::invalid_parameter(what, "must be field names"))?);
             }
         }
-        other => push(
-            &scalar_text(other)
-                .ok_or_else(|| ApiError::invalid_parameter(what, "must be field names"))?,
-        ),
+        other => push(&scalar_text(other).ok_or_else(|| ApiError::invalid_parameter(what, "must be field names"))?),
     }
     Ok(out)
 }
@@ -508,59 +432,39 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
     let special = p.nonempty("special")?.map(|s| s.to_ascii_uppercase());
     if let Some(s) = &special {
         if s != "AND" && s != "OR" {
-            return Err(ApiError::invalid_parameter(
-                "special",
-                format!("{s:?} is not AND or OR"),
-            ));
+            return Err(ApiError::invalid_parameter("special", format!("{s:?} is not AND or OR")));
         }
         if mode.as_deref() != Some("category") {
-            return Err(ApiError::invalid_parameter(
-                "special",
-                "applies to filtermode=category only",
-            ));
+            return Err(ApiError::invalid_parameter("special", "applies to filtermode=category only"));
         }
     }
     let days = |default: u32| -> Result<i64, ApiError> {
         let n = match &value {
             None => default,
-            Some(v) => v
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=limits::LIST_FILTER_DAYS_MAX).contains(n))
-                .ok_or_else(|| {
+            Some(v) => {
+                v.parse::<u32>().ok().filter(|n| (1..=limits::LIST_FILTER_DAYS_MAX).contains(n)).ok_or_else(|| {
                     ApiError::invalid_parameter(
                         "filtervalue",
-                        format!(
-                            "{v:?} is not a number of days from 1 to {}",
-                            limits::LIST_FILTER_DAYS_MAX
-                        ),
+                        format!("{v:?} is not a number of days from 1 to {}", limits::LIST_FILTER_DAYS_MAX),
                     )
-                })?,
+                })?
+            }
         };
         Ok(i64::from(n))
     };
     let since = |default: u32| -> Result<i64, ApiError> { Ok(ctx.now - days(default)? * 86_400) };
     let required = |what: &str| -> Result<String, ApiError> {
-        value.clone().ok_or_else(|| {
-            ApiError::invalid_parameter("filtervalue", format!("is required: {what}"))
-        })
+        value.clone().ok_or_else(|| ApiError::invalid_parameter("filtervalue", format!("is required: {what}")))
     };
     let today = timefmt::today(&ctx.app.config.site.timezone);
     let fields_where = |pred: &dyn Fn(&FieldDef<'_>) -> bool| -> Vec<String> {
-        model::fields_of(rt, &ctx.app.config.fields)
-            .iter()
-            .filter(|d| pred(d))
-            .map(FieldDef::name)
-            .collect()
+        model::fields_of(rt, &ctx.app.config.fields).iter().filter(|d| pred(d)).map(FieldDef::name).collect()
     };
 
     Ok(match mode.as_deref() {
         None => {
             if value.is_some() {
-                return Err(ApiError::invalid_parameter(
-                    "filtervalue",
-                    "needs a filtermode",
-                ));
+                return Err(ApiError::invalid_parameter("filtervalue", "needs a filtermode"));
             }
             Filter::None
         }
@@ -578,88 +482,59 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
         Some("updatedafter") => {
             let v = required("a date or date and time")?;
             let t = timefmt::parse_datetime(&v).ok_or_else(|| {
-                ApiError::invalid_parameter(
-                    "filtervalue",
-                    format!("{v:?} is not a date or date and time"),
-                )
+                ApiError::invalid_parameter("filtervalue", format!("{v:?} is not a date or date and time"))
             })?;
             Filter::UpdatedAfter(t)
         }
         Some("duetoday") => Filter::DueBetween(today.to_string(), today.to_string()),
         Some("duesoon") => {
             let d = days(limits::LIST_DUESOON_DAYS_DEFAULT)?;
-            let until = today
-                .checked_add(jiff::Span::new().days(d))
-                .unwrap_or(today);
+            let until = today.checked_add(jiff::Span::new().days(d)).unwrap_or(today);
             Filter::DueBetween(today.to_string(), until.to_string())
         }
         Some("tasksoverdue") => Filter::DueBefore(today.to_string()),
         Some("owner") => match &value {
-            Some(v) => {
-                Filter::Owner(v.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    ApiError::invalid_parameter("filtervalue", format!("{v:?} is not an id"))
-                })?)
-            }
+            Some(v) => Filter::Owner(
+                v.parse::<i64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| ApiError::invalid_parameter("filtervalue", format!("{v:?} is not an id")))?,
+            ),
             None => Filter::Owner(ctx.viewer.user_id),
         },
         Some("category") => {
             let Some(v) = raw_value else {
-                return Err(ApiError::invalid_parameter(
-                    "filtervalue",
-                    "is required: category tag ids",
-                ));
+                return Err(ApiError::invalid_parameter("filtervalue", "is required: category tag ids"));
             };
             let ids = id_list(v, "filtervalue")?;
             if ids.is_empty() {
-                return Err(ApiError::invalid_parameter(
-                    "filtervalue",
-                    "is required: category tag ids",
-                ));
+                return Err(ApiError::invalid_parameter("filtervalue", "is required: category tag ids"));
             }
-            Filter::Category {
-                ids,
-                all: special.as_deref() == Some("AND"),
-            }
+            Filter::Category { ids, all: special.as_deref() == Some("AND") }
         }
         Some("archived") => Filter::Archived,
-        Some("unsent") => Filter::Unsent {
-            email_fields: fields_where(&|d| d.is_email()),
-        },
+        Some("unsent") => Filter::Unsent { email_fields: fields_where(&|d| d.is_email()) },
         Some("byphone") => {
             let v = required("a phone number")?;
             let digits: String = v.chars().filter(char::is_ascii_digit).collect();
             if digits.len() < limits::LIST_BYPHONE_DIGITS_MIN {
                 return Err(ApiError::invalid_parameter(
                     "filtervalue",
-                    format!(
-                        "a phone number needs at least {} digits",
-                        limits::LIST_BYPHONE_DIGITS_MIN
-                    ),
+                    format!("a phone number needs at least {} digits", limits::LIST_BYPHONE_DIGITS_MIN),
                 ));
             }
-            Filter::ByPhone {
-                digits,
-                fields: fields_where(&|d| d.is_phone()),
-            }
+            Filter::ByPhone { digits, fields: fields_where(&|d| d.is_phone()) }
         }
-        Some("byemail") => Filter::ByEmail {
-            address: required("an e-mail address")?,
-            fields: fields_where(&|d| d.is_email()),
-        },
+        Some("byemail") => {
+            Filter::ByEmail { address: required("an e-mail address")?, fields: fields_where(&|d| d.is_email()) }
+        }
         Some(other) => {
-            return Err(ApiError::invalid_parameter(
-                "filtermode",
-                format!("{other:?} is not one of {FILTERMODES}"),
-            ));
+            return Err(ApiError::invalid_parameter("filtermode", format!("{other:?} is not one of {FILTERMODES}")));
         }
     })
 }
 
-fn search_of(
-    rt: RecordType,
-    custom: &[model::CustomField],
-    p: &Params<'_>,
-) -> Result<Option<Search>, ApiError> {
+fn search_of(rt: RecordType, custom: &[model::CustomField], p: &Params<'_>) -> Result<Option<Search>, ApiError> {
     let value = p.text("searchvalue")?.unwrap_or_default();
     if value.len() > limits::SEARCH_VALUE_BYTES_MAX {
         return Err(ApiError::invalid_parameter("searchvalue", "is too long"));
@@ -689,14 +564,9 @@ fn search_of(
     let target = chars.as_str();
     let needs_value = matches!(mode, SearchMode::StartsWith | SearchMode::Contains);
     if needs_value && value.is_empty() {
-        return Err(ApiError::invalid_parameter(
-            "searchvalue",
-            format!("is required with searchmode {mode_text}"),
-        ));
+        return Err(ApiError::invalid_parameter("searchvalue", format!("is required with searchmode {mode_text}")));
     }
-    let any = |s: Search| -> Result<Option<Search>, ApiError> {
-        if needs_value { Ok(Some(s)) } else { Err(bad()) }
-    };
+    let any = |s: Search| -> Result<Option<Search>, ApiError> { if needs_value { Ok(Some(s)) } else { Err(bad()) } };
     match target.to_ascii_lowercase().as_str() {
         "any" => any(Search::Any { mode, value }),
         "anyitem" => any(Search::AnyItem { mode, value }),
@@ -708,11 +578,7 @@ fn search_of(
                 Err(_) => model::field_of(rt, custom, field),
             };
             let def = def.ok_or_else(|| ApiError::incorrect_field(target))?;
-            Ok(Some(Search::Field {
-                name: def.name(),
-                mode,
-                value,
-            }))
+            Ok(Some(Search::Field { name: def.name(), mode, value }))
         }
     }
 }
@@ -722,10 +588,7 @@ fn search_of(
 
 pub fn list_categories(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
     let cats = ctx.app.store.list_categories(&ctx.viewer, rt)?;
-    Ok(Reply::ok(Out::map().with(
-        "categories",
-        Out::list("category", cats.iter().map(category_out).collect()),
-    )))
+    Ok(Reply::ok(Out::map().with("categories", Out::list("category", cats.iter().map(category_out).collect()))))
 }
 
 pub fn create_category(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
@@ -740,18 +603,11 @@ pub fn create_category(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError>
         .map_err(|_| ApiError::invalid_value("name", "must be text"))?
         .ok_or_else(|| ApiError::invalid_value("name", "is required"))?;
     if name.len() > limits::NAME_BYTES_MAX {
-        return Err(ApiError::invalid_value(
-            "name",
-            format!("is longer than {} bytes", limits::NAME_BYTES_MAX),
-        ));
+        return Err(ApiError::invalid_value("name", format!("is longer than {} bytes", limits::NAME_BYTES_MAX)));
     }
     model::check_text(&name).map_err(|e| ApiError::invalid_value("name", e))?;
     let id = ctx.app.store.create_category(&ctx.viewer, rt, &name)?;
-    Ok(Reply {
-        status: 201,
-        doc: Out::map().with("id", Out::Int(id)),
-        location: None,
-    })
+    Ok(Reply { status: 201, doc: Out::map().with("id", Out::Int(id)), location: None })
 }
 
 pub fn list_fields(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
@@ -763,16 +619,11 @@ pub fn list_fields(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
                 .with("name", Out::text(d.name()))
                 .with("label", Out::text(d.label()))
                 .with("type", Out::text(d.type_name()))
-                .with(
-                    "options",
-                    Out::list("option", d.options().into_iter().map(Out::Text).collect()),
-                )
+                .with("options", Out::list("option", d.options().into_iter().map(Out::Text).collect()))
                 .with("categories", Out::list("category", Vec::new()))
         })
         .collect();
-    Ok(Reply::ok(
-        Out::map().with("fields", Out::list("field", fields)),
-    ))
+    Ok(Reply::ok(Out::map().with("fields", Out::list("field", fields))))
 }
 
 pub fn ownership(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
@@ -805,9 +656,5 @@ pub fn ownership(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .with("deleted", flag01(g.deleted))
         })
         .collect();
-    Ok(Reply::ok(
-        Out::map()
-            .with("users", Out::list("user", users))
-            .with("groups", Out::list("group", groups)),
-    ))
+    Ok(Reply::ok(Out::map().with("users", Out::list("user", users)).with("groups", Out::list("group", groups))))
 }

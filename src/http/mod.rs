@@ -90,13 +90,9 @@ pub async fn serve(
             match acceptor {
                 None => connection(TokioIo::new(stream), peer, shared, shutdown).await,
                 Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(shared.header_read_timeout, acceptor.accept(stream))
-                            .await;
+                    let handshake = tokio::time::timeout(shared.header_read_timeout, acceptor.accept(stream)).await;
                     match handshake {
-                        Ok(Ok(tls_stream)) => {
-                            connection(TokioIo::new(tls_stream), peer, shared, shutdown).await
-                        }
+                        Ok(Ok(tls_stream)) => connection(TokioIo::new(tls_stream), peer, shared, shutdown).await,
                         Ok(Err(e)) => log::debug!("TLS handshake with {peer} failed: {e}"),
                         Err(_) => log::debug!("TLS handshake with {peer} timed out"),
                     }
@@ -108,20 +104,13 @@ pub async fn serve(
     // Every connection holds a slot: all slots back means all connections closed.
     let all = u32::try_from(connections_max).unwrap_or(u32::MAX);
     let grace = Duration::from_millis(limits::HTTP_SHUTDOWN_GRACE_MS);
-    if tokio::time::timeout(grace, slots.acquire_many(all))
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(grace, slots.acquire_many(all)).await.is_err() {
         log::warn!("connections still open after the shutdown grace period; closing them");
     }
 }
 
-async fn connection<I>(
-    io: TokioIo<I>,
-    peer: SocketAddr,
-    shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
-) where
+async fn connection<I>(io: TokioIo<I>, peer: SocketAddr, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc_shared = Arc::clone(&shared);
@@ -154,11 +143,7 @@ async fn connection<I>(
     }
 }
 
-async fn respond(
-    req: hyper::Request<Incoming>,
-    peer: SocketAddr,
-    shared: &Shared,
-) -> hyper::Response<Full<Bytes>> {
+async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Shared) -> hyper::Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
     let query = parts.uri.query().unwrap_or("").to_string();
     let early = |err: ApiError, close: bool| {
@@ -177,21 +162,15 @@ async fn respond(
     if declared.is_some_and(|n| n > shared.body_bytes_max as u64) {
         return early(ApiError::too_large(shared.body_bytes_max), true);
     }
-    let collected = tokio::time::timeout(
-        shared.body_read_timeout,
-        Limited::new(body, shared.body_bytes_max).collect(),
-    )
-    .await;
+    let collected =
+        tokio::time::timeout(shared.body_read_timeout, Limited::new(body, shared.body_bytes_max).collect()).await;
     let body = match collected {
         Ok(Ok(c)) => c.to_bytes(),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             return early(ApiError::too_large(shared.body_bytes_max), true);
         }
         Ok(Err(e)) => {
-            return early(
-                ApiError::invalid_request(format!("the body could not be read: {e}")),
-                true,
-            );
+            return early(ApiError::invalid_request(format!("the body could not be read: {e}")), true);
         }
         Err(_) => return early(ApiError::request_timeout(), true),
     };
@@ -218,12 +197,10 @@ fn to_hyper(resp: api::Response) -> hyper::Response<Full<Bytes>> {
     for (name, value) in &resp.headers {
         builder = builder.header(*name, value.as_str());
     }
-    builder
-        .body(Full::new(Bytes::from(resp.body)))
-        .unwrap_or_else(|e| {
-            log::error!("cannot build a response: {e}");
-            let mut r = hyper::Response::new(Full::new(Bytes::new()));
-            *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
-            r
-        })
+    builder.body(Full::new(Bytes::from(resp.body))).unwrap_or_else(|e| {
+        log::error!("cannot build a response: {e}");
+        let mut r = hyper::Response::new(Full::new(Bytes::new()));
+        *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        r
+    })
 }

@@ -33,15 +33,13 @@ impl Pool {
         for i in 0..workers {
             let rx = rx.clone();
             let app = Arc::clone(&app);
-            let handle = std::thread::Builder::new()
-                .name(format!("http-worker-{i}"))
-                .spawn(move || {
-                    for job in rx.iter() {
-                        let response = run(&app, &job.req);
-                        // The client may have gone; nothing to do then.
-                        let _ = job.reply.send(response);
-                    }
-                })?;
+            let handle = std::thread::Builder::new().name(format!("http-worker-{i}")).spawn(move || {
+                for job in rx.iter() {
+                    let response = run(&app, &job.req);
+                    // The client may have gone; nothing to do then.
+                    let _ = job.reply.send(response);
+                }
+            })?;
             threads.push(handle);
         }
         Ok(Pool { tx, threads })
@@ -52,10 +50,9 @@ impl Pool {
         let (reply, rx) = oneshot::channel();
         match self.tx.try_send(Job { req, reply }) {
             Ok(()) => Ok(rx),
-            Err(
-                crossbeam_channel::TrySendError::Full(job)
-                | crossbeam_channel::TrySendError::Disconnected(job),
-            ) => Err(Refused::Full(job.req)),
+            Err(crossbeam_channel::TrySendError::Full(job) | crossbeam_channel::TrySendError::Disconnected(job)) => {
+                Err(Refused::Full(job.req))
+            }
         }
     }
 
@@ -78,10 +75,7 @@ fn run(app: &App, req: &api::Request) -> api::Response {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            let err = ApiError::internal(&format!(
-                "handler panicked on {} {}: {what}",
-                req.method, req.path
-            ));
+            let err = ApiError::internal(&format!("handler panicked on {} {}: {what}", req.method, req.path));
             api::early_error(&req.headers, &req.query, err, app.quota.allowed())
         }
     }

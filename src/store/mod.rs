@@ -8,11 +8,13 @@
 //!
 //! Callers see domain types and [`StoreError`], never rusqlite types.
 
+mod activities;
 mod principals;
 mod quota;
 mod records;
 mod schema;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -22,10 +24,11 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavio
 
 use crate::limits;
 
+pub use activities::{ActivityChanges, NewActivity, Place};
 pub use principals::NewUser;
 pub use records::{
-    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow,
-    RelatedItem, Search, SearchMode, SortField,
+    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow, RelatedItem, Search,
+    SearchMode, SortField,
 };
 
 /// What went wrong in the store, in terms a caller can act on.
@@ -38,6 +41,8 @@ pub enum StoreError {
     BadReference(String),
     /// The caller may not do this (ownership by someone else's group).
     Forbidden(String),
+    /// An activity may not sit under that parent (the message names the allowed parents).
+    WrongParent(String),
     /// A unique name or e-mail already exists.
     Duplicate(String),
     /// Another process held the write lock for longer than the busy timeout.
@@ -50,7 +55,10 @@ impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreError::NotFound => write!(f, "not found"),
-            StoreError::BadReference(m) | StoreError::Forbidden(m) | StoreError::Duplicate(m) => {
+            StoreError::BadReference(m)
+            | StoreError::Forbidden(m)
+            | StoreError::WrongParent(m)
+            | StoreError::Duplicate(m) => {
                 write!(f, "{m}")
             }
             StoreError::Busy => write!(f, "the database is busy"),
@@ -76,8 +84,8 @@ pub struct Store {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
-    viewed_tx: crossbeam_channel::Sender<(i64, i64)>,
-    viewed_rx: crossbeam_channel::Receiver<(i64, i64)>,
+    /// "Viewed" stamps not yet written: item id -> Unix seconds.
+    viewed_pending: Mutex<HashMap<i64, i64>>,
     viewed_dropped: AtomicU64,
 }
 
@@ -85,26 +93,22 @@ impl Store {
     /// Opens (creating if needed) the database and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::Internal(format!("cannot create {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", dir.display())))?;
         }
         let created = !path.exists();
-        let writer = Connection::open(path)
-            .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
+        let writer =
+            Connection::open(path).map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
         if created {
             restrict_permissions(path);
         }
         configure(&writer, true)?;
         migrate(&writer)?;
-        let (viewed_tx, viewed_rx) =
-            crossbeam_channel::bounded(limits::STORE_VIEWED_QUEUE_DEPTH_MAX);
         Ok(Store {
             path: path.to_path_buf(),
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
-            viewed_tx,
-            viewed_rx,
+            viewed_pending: Mutex::new(HashMap::new()),
             viewed_dropped: AtomicU64::new(0),
         })
     }
@@ -115,11 +119,7 @@ impl Store {
 
     /// Runs `f` on a read connection inside one read transaction (a consistent snapshot).
     fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let pooled = self
-            .readers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        let pooled = self.readers.lock().unwrap_or_else(PoisonError::into_inner).pop();
         let mut conn = match pooled {
             Some(c) => c,
             None => {
@@ -154,11 +154,26 @@ impl Store {
         Ok(out)
     }
 
-    /// Notes that an item was shown. Stamps are written in batches by [`Store::flush_viewed`];
-    /// when the queue is full the stamp is dropped and counted.
+    /// Notes that an item was shown. Stamps are written in batches by [`Store::flush_viewed`]
+    /// (a show must not cost a synced write); until then reads overlay them. When the buffer is
+    /// full the stamp is dropped and counted.
     pub fn note_viewed(&self, item: i64, at: i64) {
-        if self.viewed_tx.try_send((item, at)).is_err() {
+        let mut pending = self.viewed_pending.lock().unwrap_or_else(PoisonError::into_inner);
+        if pending.len() >= limits::STORE_VIEWED_QUEUE_DEPTH_MAX && !pending.contains_key(&item) {
             self.viewed_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let slot = pending.entry(item).or_insert(at);
+        *slot = (*slot).max(at);
+    }
+
+    /// The pending "viewed" stamp of an item, newer than what the database holds.
+    fn viewed_overlay(&self, item: i64, stored: Option<i64>) -> Option<i64> {
+        let pending = self.viewed_pending.lock().unwrap_or_else(PoisonError::into_inner);
+        match (pending.get(&item), stored) {
+            (Some(p), Some(s)) => Some((*p).max(s)),
+            (Some(p), None) => Some(*p),
+            (None, s) => s,
         }
     }
 
@@ -167,25 +182,30 @@ impl Store {
         self.viewed_dropped.load(Ordering::Relaxed)
     }
 
-    /// Writes the queued "viewed" stamps in one transaction; returns how many.
+    /// Writes the pending "viewed" stamps in one transaction; returns how many.
     pub fn flush_viewed(&self) -> Result<usize> {
-        let stamps: Vec<(i64, i64)> = self
-            .viewed_rx
-            .try_iter()
-            .take(limits::STORE_VIEWED_QUEUE_DEPTH_MAX)
-            .collect();
+        let stamps: Vec<(i64, i64)> = {
+            let pending = self.viewed_pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.iter().map(|(k, v)| (*k, *v)).collect()
+        };
         if stamps.is_empty() {
             return Ok(0);
         }
-        self.write(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "UPDATE items SET viewed = max(coalesce(viewed, 0), ?2) WHERE id = ?1",
-            )?;
+        let written = self.write(|tx| {
+            let mut stmt = tx.prepare_cached("UPDATE items SET viewed = max(coalesce(viewed, 0), ?2) WHERE id = ?1")?;
             for (id, at) in &stamps {
                 stmt.execute((id, at))?;
             }
             Ok(stamps.len())
-        })
+        })?;
+        // Forget what was written, unless a newer stamp came in meanwhile.
+        let mut pending = self.viewed_pending.lock().unwrap_or_else(PoisonError::into_inner);
+        for (id, at) in &stamps {
+            if pending.get(id) == Some(at) {
+                pending.remove(id);
+            }
+        }
+        Ok(written)
     }
 
     /// `PRAGMA integrity_check` answered "ok".
@@ -202,9 +222,7 @@ fn configure(conn: &Connection, writer: bool) -> Result<()> {
     if writer {
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Internal(format!(
-                "cannot switch to WAL (journal_mode is {mode})"
-            )));
+            return Err(StoreError::Internal(format!("cannot switch to WAL (journal_mode is {mode})")));
         }
     }
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
@@ -241,14 +259,12 @@ fn migrate(conn: &Connection) -> Result<()> {
         )));
     }
     for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {};\nCOMMIT;",
-            i + 1
-        ))
-        .map_err(|e| {
-            let _ = conn.execute_batch("ROLLBACK");
-            StoreError::Internal(format!("migration {} failed: {e}", i + 1))
-        })?;
+        conn.execute_batch(&format!("BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {};\nCOMMIT;", i + 1)).map_err(
+            |e| {
+                let _ = conn.execute_batch("ROLLBACK");
+                StoreError::Internal(format!("migration {} failed: {e}", i + 1))
+            },
+        )?;
         log::info!("database schema migrated to version {}", i + 1);
     }
     Ok(())

@@ -29,17 +29,12 @@ pub struct NewUser<'a> {
     pub token_sha256: &'a [u8],
 }
 
-const PRINCIPAL_COLUMNS: &str =
-    "id, kind, org, name, email, admin, prevent_login, prevent_private, deleted";
+const PRINCIPAL_COLUMNS: &str = "id, kind, org, name, email, admin, prevent_login, prevent_private, deleted";
 
 fn principal_from_row(row: &Row<'_>) -> rusqlite::Result<Principal> {
     Ok(Principal {
         id: row.get(0)?,
-        kind: if row.get::<_, i64>(1)? == USER {
-            PrincipalKind::User
-        } else {
-            PrincipalKind::Group
-        },
+        kind: if row.get::<_, i64>(1)? == USER { PrincipalKind::User } else { PrincipalKind::Group },
         org: row.get(2)?,
         name: row.get(3)?,
         email: row.get(4)?,
@@ -67,13 +62,7 @@ impl Store {
     }
 
     pub fn user_count(&self) -> Result<i64> {
-        self.read(|tx| {
-            Ok(
-                tx.query_row("SELECT count(*) FROM principals WHERE kind = 1", [], |r| {
-                    r.get(0)
-                })?,
-            )
-        })
+        self.read(|tx| Ok(tx.query_row("SELECT count(*) FROM principals WHERE kind = 1", [], |r| r.get(0))?))
     }
 
     pub fn create_user(&self, u: &NewUser<'_>) -> Result<i64> {
@@ -128,11 +117,7 @@ impl Store {
                  WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
                 [email],
             )?;
-            if n == 0 {
-                Err(StoreError::NotFound)
-            } else {
-                Ok(())
-            }
+            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
         })
     }
 
@@ -158,15 +143,9 @@ impl Store {
 
     pub fn delete_group(&self, group_id: i64) -> Result<()> {
         self.write(|tx| {
-            let n = tx.execute(
-                "UPDATE principals SET deleted = 1 WHERE kind = 2 AND deleted = 0 AND id = ?1",
-                [group_id],
-            )?;
-            if n == 0 {
-                Err(StoreError::NotFound)
-            } else {
-                Ok(())
-            }
+            let n =
+                tx.execute("UPDATE principals SET deleted = 1 WHERE kind = 2 AND deleted = 0 AND id = ?1", [group_id])?;
+            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
         })
     }
 
@@ -180,7 +159,8 @@ impl Store {
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()?;
-            let (user_id, org) = user.ok_or_else(|| StoreError::BadReference(format!("no user with e-mail {email}")))?;
+            let (user_id, org) =
+                user.ok_or_else(|| StoreError::BadReference(format!("no user with e-mail {email}")))?;
             group_in_org(tx, group_id, &org)?;
             tx.execute("INSERT OR IGNORE INTO memberships (group_id, user_id) VALUES (?1, ?2)", (group_id, user_id))?;
             Ok(())
@@ -190,9 +170,7 @@ impl Store {
     /// Every user and group, of every organisation (for `sitegate user list`).
     pub fn all_principals(&self) -> Result<Vec<Principal>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT {PRINCIPAL_COLUMNS} FROM principals ORDER BY org, kind, id"
-            ))?;
+            let mut stmt = tx.prepare(&format!("SELECT {PRINCIPAL_COLUMNS} FROM principals ORDER BY org, kind, id"))?;
             let rows = stmt.query_map([], principal_from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
@@ -249,11 +227,7 @@ impl Store {
 
 fn email_taken(tx: &Transaction<'_>, email: &str) -> Result<bool> {
     Ok(tx
-        .query_row(
-            "SELECT 1 FROM principals WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
-            [email],
-            |_| Ok(()),
-        )
+        .query_row("SELECT 1 FROM principals WHERE kind = 1 AND email = ?1 COLLATE NOCASE", [email], |_| Ok(()))
         .optional()?
         .is_some())
 }
@@ -266,28 +240,16 @@ fn group_in_org(tx: &Transaction<'_>, group_id: i64, org: &str) -> Result<()> {
             |_| Ok(()),
         )
         .optional()?;
-    found.ok_or_else(|| {
-        StoreError::BadReference(format!("no group {group_id} in organisation {org}"))
-    })
+    found.ok_or_else(|| StoreError::BadReference(format!("no group {group_id} in organisation {org}")))
 }
 
 /// The kind of a live (not deleted) user or group of `org`, if `id` is one.
-pub(super) fn principal_kind(
-    tx: &Transaction<'_>,
-    org: &str,
-    id: i64,
-) -> Result<Option<PrincipalKind>> {
+pub(super) fn principal_kind(tx: &Transaction<'_>, org: &str, id: i64) -> Result<Option<PrincipalKind>> {
     let kind: Option<i64> = tx
         .prepare_cached("SELECT kind FROM principals WHERE id = ?1 AND org = ?2 AND deleted = 0")?
         .query_row((id, org), |r| r.get(0))
         .optional()?;
-    Ok(kind.map(|k| {
-        if k == GROUP {
-            PrincipalKind::Group
-        } else {
-            PrincipalKind::User
-        }
-    }))
+    Ok(kind.map(|k| if k == GROUP { PrincipalKind::Group } else { PrincipalKind::User }))
 }
 
 /// `viewer.owner_ids()` as a JSON array, for visibility clauses.

@@ -156,11 +156,7 @@ pub enum Search {
     /// The titles and fields of the record's activities only.
     AnyJournal { mode: SearchMode, value: String },
     /// One field.
-    Field {
-        name: String,
-        mode: SearchMode,
-        value: String,
-    },
+    Field { name: String, mode: SearchMode, value: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,11 +227,7 @@ fn record_from_row(row: &Row<'_>) -> rusqlite::Result<RecordRow> {
 
 /// SQL that is true when the item aliased `alias` is visible to the viewer; binds `:owners`.
 fn visible(viewer: &Viewer, alias: &str) -> String {
-    if viewer.admin {
-        "1".to_string()
-    } else {
-        format!("{alias}.ownership IN (SELECT value FROM json_each(:owners))")
-    }
+    if viewer.admin { "1".to_string() } else { format!("{alias}.ownership IN (SELECT value FROM json_each(:owners))") }
 }
 
 impl Store {
@@ -332,29 +324,24 @@ impl Store {
         })
     }
 
-    pub fn show_record(
-        &self,
-        viewer: &Viewer,
-        record_type: RecordType,
-        id: i64,
-    ) -> Result<RecordDetail> {
-        let detail = self.read(|tx| {
+    pub fn show_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordDetail> {
+        let mut detail = self.read(|tx| {
             let record = load_record(tx, viewer, record_type, id)?;
             let categories = categories_of(tx, &[id])?.remove(&id).unwrap_or_default();
             let related = related_of(tx, viewer, id)?;
             let activities = activities_of(tx, id)?;
-            Ok(RecordDetail {
-                record,
-                activities,
-                categories,
-                related,
-            })
+            Ok(RecordDetail { record, activities, categories, related })
         })?;
+        detail.record.viewed = self.viewed_overlay(id, detail.record.viewed);
         Ok(detail)
     }
 
     pub fn list_records(&self, viewer: &Viewer, q: &ListQuery) -> Result<(Vec<ListEntry>, u64)> {
-        self.read(|tx| {
+        if matches!(q.filter, Filter::ViewedSince(_) | Filter::NotViewedSince(_)) {
+            // These filters read the column: write the pending stamps first.
+            self.flush_viewed()?;
+        }
+        let (mut entries, count) = self.read(|tx| {
             let mut params: Vec<(&'static str, Value)> = Vec::new();
             if !viewer.admin {
                 params.push((":owners", Value::Text(owner_ids_json(viewer))));
@@ -427,17 +414,16 @@ impl Store {
                 }
             }
             Ok((entries, u64::try_from(count).unwrap_or(0)))
-        })
+        })?;
+        for e in &mut entries {
+            e.record.viewed = self.viewed_overlay(e.record.id, e.record.viewed);
+        }
+        Ok((entries, count))
     }
 
     /// Creates a category tag for a record type; a name already used (ignoring case) is a
     /// duplicate.
-    pub fn create_category(
-        &self,
-        viewer: &Viewer,
-        record_type: RecordType,
-        name: &str,
-    ) -> Result<i64> {
+    pub fn create_category(&self, viewer: &Viewer, record_type: RecordType, name: &str) -> Result<i64> {
         self.write(|tx| {
             let existing: Option<i64> = tx
                 .query_row(
@@ -457,11 +443,7 @@ impl Store {
         })
     }
 
-    pub fn list_categories(
-        &self,
-        viewer: &Viewer,
-        record_type: RecordType,
-    ) -> Result<Vec<CategoryRef>> {
+    pub fn list_categories(&self, viewer: &Viewer, record_type: RecordType) -> Result<Vec<CategoryRef>> {
         self.read(|tx| {
             let mut stmt = tx.prepare_cached(
                 "SELECT id, name FROM categories WHERE org = ?1 AND record_type = ?2 ORDER BY name COLLATE NOCASE, id",
@@ -475,10 +457,7 @@ impl Store {
 }
 
 /// Binds the named parameters the statement actually uses.
-fn bind<'a>(
-    stmt: &rusqlite::Statement<'_>,
-    params: &'a [(&'static str, Value)],
-) -> Vec<(&'a str, &'a dyn ToSql)> {
+fn bind<'a>(stmt: &rusqlite::Statement<'_>, params: &'a [(&'static str, Value)]) -> Vec<(&'a str, &'a dyn ToSql)> {
     params
         .iter()
         .filter(|(name, _)| stmt.parameter_index(name).ok().flatten().is_some())
@@ -497,11 +476,7 @@ fn like_escape(value: &str) -> String {
     out
 }
 
-fn filter_sql(
-    filter: &Filter,
-    conditions: &mut Vec<String>,
-    params: &mut Vec<(&'static str, Value)>,
-) {
+fn filter_sql(filter: &Filter, conditions: &mut Vec<String>, params: &mut Vec<(&'static str, Value)>) {
     let mut push = |sql: &str| conditions.push(sql.to_string());
     let open_due = "EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
                     AND a.archived IS NULL AND a.completed = 0 AND a.due IS NOT NULL AND";
@@ -510,13 +485,9 @@ fn filter_sql(
         Filter::Flagged => push("i.flagged = 1"),
         Filter::Assigned(ids) => {
             params.push((":assigned", Value::Text(json_ids(ids))));
-            push(
-                "CAST(json_extract(i.fields, '$.assignedto') AS INTEGER) IN (SELECT value FROM json_each(:assigned))",
-            );
+            push("CAST(json_extract(i.fields, '$.assignedto') AS INTEGER) IN (SELECT value FROM json_each(:assigned))");
         }
-        Filter::NoCategory => {
-            push("NOT EXISTS (SELECT 1 FROM item_categories ic WHERE ic.item_id = i.id)")
-        }
+        Filter::NoCategory => push("NOT EXISTS (SELECT 1 FROM item_categories ic WHERE ic.item_id = i.id)"),
         Filter::ViewedSince(t) => {
             params.push((":since", Value::Integer(*t)));
             push("i.viewed >= :since");
@@ -571,10 +542,7 @@ fn filter_sql(
             }
         }
         Filter::Unsent { email_fields } => {
-            params.push((
-                ":email_fields",
-                Value::Text(serde_json::to_string(email_fields).unwrap_or_default()),
-            ));
+            params.push((":email_fields", Value::Text(serde_json::to_string(email_fields).unwrap_or_default())));
             push(&format!(
                 "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:email_fields)) AND f.value <> '') \
                  AND NOT EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
@@ -582,10 +550,7 @@ fn filter_sql(
             ));
         }
         Filter::ByPhone { digits, fields } => {
-            params.push((
-                ":phone_fields",
-                Value::Text(serde_json::to_string(fields).unwrap_or_default()),
-            ));
+            params.push((":phone_fields", Value::Text(serde_json::to_string(fields).unwrap_or_default())));
             params.push((":digits", Value::Text(digits.clone())));
             push(
                 "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:phone_fields)) \
@@ -593,10 +558,7 @@ fn filter_sql(
             );
         }
         Filter::ByEmail { address, fields } => {
-            params.push((
-                ":email_fields",
-                Value::Text(serde_json::to_string(fields).unwrap_or_default()),
-            ));
+            params.push((":email_fields", Value::Text(serde_json::to_string(fields).unwrap_or_default())));
             params.push((":address", Value::Text(address.clone())));
             push(
                 "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:email_fields)) \
@@ -606,11 +568,7 @@ fn filter_sql(
     }
 }
 
-fn search_sql(
-    search: &Search,
-    conditions: &mut Vec<String>,
-    params: &mut Vec<(&'static str, Value)>,
-) {
+fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&'static str, Value)>) {
     let pattern = |mode: SearchMode, value: &str| match mode {
         SearchMode::StartsWith => format!("{}%", like_escape(value)),
         _ => format!("%{}%", like_escape(value)),
@@ -649,12 +607,7 @@ fn search_sql(
 }
 
 /// A live (not archived) record of the type, visible to the viewer; else `NotFound`.
-fn load_record(
-    tx: &Transaction<'_>,
-    viewer: &Viewer,
-    record_type: RecordType,
-    id: i64,
-) -> Result<RecordRow> {
+fn load_record(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordRow> {
     let sql = format!(
         "SELECT {RECORD_COLUMNS} FROM items i {AUDIT_JOINS}
          WHERE i.id = :id AND i.org = :org AND i.typeid = :typeid AND i.parent IS NULL AND i.archived IS NULL
@@ -671,9 +624,7 @@ fn load_record(
     }
     let mut stmt = tx.prepare_cached(&sql)?;
     let bound = bind(&stmt, &params);
-    stmt.query_row(bound.as_slice(), record_from_row)
-        .optional()?
-        .ok_or(StoreError::NotFound)
+    stmt.query_row(bound.as_slice(), record_from_row).optional()?.ok_or(StoreError::NotFound)
 }
 
 /// Ownership may be the viewer's own id or one of their groups; administrators may give any
@@ -681,15 +632,9 @@ fn load_record(
 fn check_ownership(tx: &Transaction<'_>, viewer: &Viewer, ownership: i64) -> Result<()> {
     let kind = principal_kind(tx, &viewer.org, ownership)?;
     let Some(kind) = kind else {
-        return Err(StoreError::BadReference(format!(
-            "ownership {ownership} is not a user or group id"
-        )));
+        return Err(StoreError::BadReference(format!("ownership {ownership} is not a user or group id")));
     };
-    if viewer.prevent_private
-        && kind == PrincipalKind::User
-        && ownership == viewer.user_id
-        && !viewer.admin
-    {
+    if viewer.prevent_private && kind == PrincipalKind::User && ownership == viewer.user_id && !viewer.admin {
         return Err(StoreError::Forbidden(
             "this user may not own private records: give a group id as ownership".into(),
         ));
@@ -697,46 +642,28 @@ fn check_ownership(tx: &Transaction<'_>, viewer: &Viewer, ownership: i64) -> Res
     if viewer.admin || viewer.owner_ids().contains(&ownership) {
         Ok(())
     } else {
-        Err(StoreError::Forbidden(format!(
-            "ownership {ownership} is neither your user id nor one of your groups"
-        )))
+        Err(StoreError::Forbidden(format!("ownership {ownership} is neither your user id nor one of your groups")))
     }
 }
 
 /// `assignedto` values must name a live user or group of the organisation.
-fn check_principal_fields(
-    tx: &Transaction<'_>,
-    viewer: &Viewer,
-    fields: &FieldValues,
-) -> Result<()> {
+fn check_principal_fields(tx: &Transaction<'_>, viewer: &Viewer, fields: &FieldValues) -> Result<()> {
     if let Some(v) = fields.get("assignedto").filter(|v| !v.is_empty()) {
-        let id: i64 = v
-            .parse()
-            .map_err(|_| StoreError::BadReference(format!("assignedto {v} is not an id")))?;
+        let id: i64 = v.parse().map_err(|_| StoreError::BadReference(format!("assignedto {v} is not an id")))?;
         if principal_kind(tx, &viewer.org, id)?.is_none() {
-            return Err(StoreError::BadReference(format!(
-                "assignedto {id} is not a user or group id"
-            )));
+            return Err(StoreError::BadReference(format!("assignedto {id} is not a user or group id")));
         }
     }
     Ok(())
 }
 
-fn category_exists(
-    tx: &Transaction<'_>,
-    viewer: &Viewer,
-    record_type: RecordType,
-    id: i64,
-) -> Result<()> {
+fn category_exists(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
     let found = tx
         .prepare_cached("SELECT 1 FROM categories WHERE id = ?1 AND org = ?2 AND record_type = ?3")?
         .query_row((id, &viewer.org, record_type.typeid()), |_| Ok(()))
         .optional()?;
     found.ok_or_else(|| {
-        StoreError::BadReference(format!(
-            "category tag {id} does not exist for {}",
-            record_type.segment()
-        ))
+        StoreError::BadReference(format!("category tag {id} does not exist for {}", record_type.segment()))
     })
 }
 
@@ -751,9 +678,7 @@ fn add_categories(
     for id in ids {
         category_exists(tx, viewer, record_type, *id)?;
         let n = tx
-            .prepare_cached(
-                "INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)",
-            )?
+            .prepare_cached("INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)")?
             .execute((item, id))?;
         if n > 0 {
             added.push(*id);
@@ -784,19 +709,11 @@ fn remove_categories(
 
 /// Links `item` to each target (a live, visible contact, company or project blog of the
 /// organisation); adding an existing link replaces its note.
-fn add_related(
-    tx: &Transaction<'_>,
-    viewer: &Viewer,
-    item: i64,
-    targets: &[(i64, String)],
-) -> Result<()> {
+fn add_related(tx: &Transaction<'_>, viewer: &Viewer, item: i64, targets: &[(i64, String)]) -> Result<()> {
     for (target, note) in targets {
-        let not_found =
-            || StoreError::BadReference(format!("related item {target} does not exist"));
+        let not_found = || StoreError::BadReference(format!("related item {target} does not exist"));
         if *target == item {
-            return Err(StoreError::BadReference(
-                "a record cannot be related to itself".into(),
-            ));
+            return Err(StoreError::BadReference("a record cannot be related to itself".into()));
         }
         let typeid: i64 = tx
             .prepare_cached(
@@ -828,15 +745,8 @@ fn categories_of(tx: &Transaction<'_>, items: &[i64]) -> Result<HashMap<i64, Vec
          WHERE ic.item_id IN (SELECT value FROM json_each(?1)) ORDER BY c.name COLLATE NOCASE, c.id",
     )?;
     let mut out: HashMap<i64, Vec<CategoryRef>> = HashMap::new();
-    let rows = stmt.query_map([json_ids(items)], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            CategoryRef {
-                id: r.get(1)?,
-                name: r.get(2)?,
-            },
-        ))
-    })?;
+    let rows = stmt
+        .query_map([json_ids(items)], |r| Ok((r.get::<_, i64>(0)?, CategoryRef { id: r.get(1)?, name: r.get(2)? })))?;
     for row in rows {
         let (item, cat) = row?;
         out.entry(item).or_default().push(cat);
@@ -857,12 +767,7 @@ fn related_of(tx: &Transaction<'_>, viewer: &Viewer, item: i64) -> Result<Vec<Re
     let mut stmt = tx.prepare_cached(&sql)?;
     let bound = bind(&stmt, &params);
     let rows = stmt.query_map(bound.as_slice(), |r| {
-        Ok(RelatedItem {
-            id: r.get(0)?,
-            typeid: r.get(1)?,
-            name: r.get(2)?,
-            note: r.get(3)?,
-        })
+        Ok(RelatedItem { id: r.get(0)?, typeid: r.get(1)?, name: r.get(2)?, note: r.get(3)? })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
@@ -908,10 +813,7 @@ fn tree_order(root: i64, rows: Vec<ActivityRow>) -> Vec<ActivityRow> {
         children.entry(row.parent).or_default().push(i);
     }
     let mut order = Vec::with_capacity(rows.len());
-    let mut stack: Vec<usize> = children
-        .get(&root)
-        .map(|c| c.iter().rev().copied().collect())
-        .unwrap_or_default();
+    let mut stack: Vec<usize> = children.get(&root).map(|c| c.iter().rev().copied().collect()).unwrap_or_default();
     while let Some(i) = stack.pop() {
         order.push(i);
         if let Some(kids) = children.get(&rows[i].id) {

@@ -3,6 +3,8 @@
 //! These are plain types: no serde, no SQL. The API layer converts them to XML/JSON and
 //! the store to rows, each explicitly.
 
+pub mod activity;
+
 use std::collections::BTreeMap;
 
 use crate::limits;
@@ -20,12 +22,8 @@ pub enum RecordType {
 }
 
 impl RecordType {
-    pub const ALL: [RecordType; 4] = [
-        RecordType::Contact,
-        RecordType::Company,
-        RecordType::ProjectBlog,
-        RecordType::Ticket,
-    ];
+    pub const ALL: [RecordType; 4] =
+        [RecordType::Contact, RecordType::Company, RecordType::ProjectBlog, RecordType::Ticket];
 
     /// The path segment that selects the type.
     pub fn segment(self) -> &'static str {
@@ -73,14 +71,9 @@ impl RecordType {
     /// Fields shown in a list entry with `layout=0`.
     pub fn summary_fields(self) -> &'static [&'static str] {
         match self {
-            RecordType::Contact => &[
-                "firstname",
-                "lastname",
-                "businessemail",
-                "businessphonedirect",
-                "cellularphone",
-                "assignedto",
-            ],
+            RecordType::Contact => {
+                &["firstname", "lastname", "businessemail", "businessphonedirect", "cellularphone", "assignedto"]
+            }
             RecordType::Company => &["name", "phone", "website", "assignedto"],
             RecordType::ProjectBlog => &["title", "assignedto"],
             RecordType::Ticket => &["title", "status", "priority", "assignedto"],
@@ -92,9 +85,7 @@ impl RecordType {
         let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or("");
         match self {
             RecordType::Contact => {
-                let name = format!("{} {}", get("firstname"), get("lastname"))
-                    .trim()
-                    .to_string();
+                let name = format!("{} {}", get("firstname"), get("lastname")).trim().to_string();
                 if !name.is_empty() {
                     name
                 } else if !get("businessemail").is_empty() {
@@ -188,14 +179,8 @@ static TICKET_FIELDS: &[BuiltinField] = &[
 ];
 
 /// Audit fields the service maintains; shown inside `fields`, never accepted as input.
-pub const AUDIT_FIELDS: &[&str] = &[
-    "creatorid",
-    "creatorname",
-    "creatordate",
-    "modificatorid",
-    "modificatorname",
-    "modificatordate",
-];
+pub const AUDIT_FIELDS: &[&str] =
+    &["creatorid", "creatorname", "creatordate", "modificatorid", "modificatorname", "modificatordate"];
 
 /// Custom field ids; built-in fields have the ids below this range (their place in the type's
 /// list, from 1), so a field id alone names a field (`searchmode=C12`).
@@ -259,11 +244,9 @@ impl<'a> FieldDef<'a> {
     /// ever grows at the end), custom fields have their configured id.
     pub fn id(&self, record_type: RecordType) -> i64 {
         match self {
-            FieldDef::Builtin(b) => record_type
-                .builtin_fields()
-                .iter()
-                .position(|x| std::ptr::eq(x, *b))
-                .map_or(0, |i| i as i64 + 1),
+            FieldDef::Builtin(b) => {
+                record_type.builtin_fields().iter().position(|x| std::ptr::eq(x, *b)).map_or(0, |i| i as i64 + 1)
+            }
             FieldDef::Custom(c) => c.id,
         }
     }
@@ -292,43 +275,24 @@ impl<'a> FieldDef<'a> {
 
     pub fn options(&self) -> Vec<String> {
         match self {
-            FieldDef::Builtin(BuiltinField {
-                kind: BuiltinKind::Select(o),
-                ..
-            }) => o.iter().map(|s| s.to_string()).collect(),
+            FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Select(o), .. }) => {
+                o.iter().map(|s| s.to_string()).collect()
+            }
             FieldDef::Builtin(_) => Vec::new(),
             FieldDef::Custom(c) => c.options.clone(),
         }
     }
 
     pub fn is_principal(&self) -> bool {
-        matches!(
-            self,
-            FieldDef::Builtin(BuiltinField {
-                kind: BuiltinKind::Principal,
-                ..
-            })
-        )
+        matches!(self, FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Principal, .. }))
     }
 
     pub fn is_email(&self) -> bool {
-        matches!(
-            self,
-            FieldDef::Builtin(BuiltinField {
-                kind: BuiltinKind::Email,
-                ..
-            })
-        )
+        matches!(self, FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Email, .. }))
     }
 
     pub fn is_phone(&self) -> bool {
-        matches!(
-            self,
-            FieldDef::Builtin(BuiltinField {
-                kind: BuiltinKind::Phone,
-                ..
-            })
-        )
+        matches!(self, FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Phone, .. }))
     }
 
     /// Checks and normalises a value; the empty string clears the field. Principal ids are
@@ -350,11 +314,7 @@ impl<'a> FieldDef<'a> {
             FieldDef::Builtin(b) => match b.kind {
                 BuiltinKind::Text | BuiltinKind::Phone => Ok(value.to_string()),
                 BuiltinKind::Email => {
-                    let ok = value.split('@').count() == 2
-                        && !value.starts_with('@')
-                        && !value.ends_with('@')
-                        && !value.chars().any(char::is_whitespace);
-                    if ok {
+                    if looks_like_email(value) {
                         Ok(value.to_string())
                     } else {
                         Err("must be an e-mail address".into())
@@ -386,19 +346,21 @@ impl<'a> FieldDef<'a> {
     }
 }
 
+/// One `@` with something on both sides and no white space: the check every e-mail field gets.
+pub fn looks_like_email(value: &str) -> bool {
+    value.split('@').count() == 2
+        && !value.starts_with('@')
+        && !value.ends_with('@')
+        && !value.chars().any(char::is_whitespace)
+}
+
 /// Text accepted in any field or name: bounded, no control characters but tab and newlines
 /// (XML 1.0 cannot carry them).
 pub fn check_text(value: &str) -> Result<(), String> {
     if value.len() > limits::FIELD_VALUE_BYTES_MAX {
-        return Err(format!(
-            "is longer than {} bytes",
-            limits::FIELD_VALUE_BYTES_MAX
-        ));
+        return Err(format!("is longer than {} bytes", limits::FIELD_VALUE_BYTES_MAX));
     }
-    if value
-        .chars()
-        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
-    {
+    if value.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
         return Err("contains control characters".into());
     }
     Ok(())
@@ -406,53 +368,27 @@ pub fn check_text(value: &str) -> Result<(), String> {
 
 /// Every field of a record type, built-in first, then the custom fields that apply.
 pub fn fields_of(record_type: RecordType, custom: &[CustomField]) -> Vec<FieldDef<'_>> {
-    let mut out: Vec<FieldDef<'_>> = record_type
-        .builtin_fields()
-        .iter()
-        .map(FieldDef::Builtin)
-        .collect();
-    out.extend(
-        custom
-            .iter()
-            .filter(|c| c.record_types.contains(&record_type))
-            .map(FieldDef::Custom),
-    );
+    let mut out: Vec<FieldDef<'_>> = record_type.builtin_fields().iter().map(FieldDef::Builtin).collect();
+    out.extend(custom.iter().filter(|c| c.record_types.contains(&record_type)).map(FieldDef::Custom));
     out
 }
 
 /// Looks up a field of a record type by name (`firstname`, `custom12`).
-pub fn field_of<'a>(
-    record_type: RecordType,
-    custom: &'a [CustomField],
-    name: &str,
-) -> Option<FieldDef<'a>> {
+pub fn field_of<'a>(record_type: RecordType, custom: &'a [CustomField], name: &str) -> Option<FieldDef<'a>> {
     if let Some(b) = record_type.builtin_fields().iter().find(|b| b.name == name) {
         return Some(FieldDef::Builtin(b));
     }
     let id: i64 = name.strip_prefix("custom")?.parse().ok()?;
-    custom
-        .iter()
-        .find(|c| c.id == id && c.record_types.contains(&record_type))
-        .map(FieldDef::Custom)
+    custom.iter().find(|c| c.id == id && c.record_types.contains(&record_type)).map(FieldDef::Custom)
 }
 
 /// Looks up a field by id (see [`FieldDef::id`]).
-pub fn field_by_id(
-    record_type: RecordType,
-    custom: &[CustomField],
-    id: i64,
-) -> Option<FieldDef<'_>> {
+pub fn field_by_id(record_type: RecordType, custom: &[CustomField], id: i64) -> Option<FieldDef<'_>> {
     if id < CUSTOM_FIELD_ID_MIN {
         let index = usize::try_from(id.checked_sub(1)?).ok()?;
-        return record_type
-            .builtin_fields()
-            .get(index)
-            .map(FieldDef::Builtin);
+        return record_type.builtin_fields().get(index).map(FieldDef::Builtin);
     }
-    custom
-        .iter()
-        .find(|c| c.id == id && c.record_types.contains(&record_type))
-        .map(FieldDef::Custom)
+    custom.iter().find(|c| c.id == id && c.record_types.contains(&record_type)).map(FieldDef::Custom)
 }
 
 /// The authenticated user a request acts for.

@@ -1,0 +1,266 @@
+//! Activities: create under a record or another activity, update (fields, position, parent),
+//! soft delete with their subtree. An activity is visible to whoever sees its root record.
+
+use rusqlite::{OptionalExtension, Transaction};
+
+use super::principals::principal_kind;
+use super::{Result, Store, StoreError};
+use crate::model::activity::{ActivityType, Kind, ParentKind};
+use crate::model::{FieldValues, Viewer};
+use crate::timefmt::now_secs;
+
+/// Where among its siblings an activity goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Place {
+    After(i64),
+    Before(i64),
+}
+
+pub struct NewActivity {
+    pub kind: ActivityType,
+    pub parent: i64,
+    pub fields: FieldValues,
+    pub place: Option<Place>,
+}
+
+#[derive(Default)]
+pub struct ActivityChanges {
+    /// Fields to set; an empty value clears the field.
+    pub fields: FieldValues,
+    pub place: Option<Place>,
+    /// A new parent (record or activity).
+    pub parent: Option<i64>,
+}
+
+pub struct CreatedActivity {
+    pub id: i64,
+    pub record_id: i64,
+    pub created: i64,
+}
+
+/// A live node (record or activity) that may become a parent.
+struct Node {
+    id: i64,
+    typeid: i64,
+    is_record: bool,
+    record_id: i64,
+    level: i64,
+}
+
+fn fields_json(fields: &FieldValues) -> String {
+    serde_json::to_string(fields).unwrap_or_else(|_| "{}".into())
+}
+
+/// A live item of the viewer's organisation whose root record is live and visible.
+fn load_node(tx: &Transaction<'_>, viewer: &Viewer, id: i64) -> Result<Node> {
+    let row: Option<(i64, i64, bool, i64, i64, i64)> = tx
+        .prepare_cached(
+            "SELECT i.id, i.typeid, i.parent IS NULL, coalesce(i.record_id, i.id), i.level, r.ownership
+             FROM items i JOIN items r ON r.id = coalesce(i.record_id, i.id)
+             WHERE i.id = ?1 AND i.org = ?2 AND i.archived IS NULL AND r.archived IS NULL",
+        )?
+        .query_row((id, &viewer.org), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+        .optional()?;
+    let (id, typeid, is_record, record_id, level, ownership) = row.ok_or(StoreError::NotFound)?;
+    if !viewer.admin && !viewer.owner_ids().contains(&ownership) {
+        return Err(StoreError::NotFound);
+    }
+    Ok(Node { id, typeid, is_record, record_id, level })
+}
+
+fn check_parent(kind: ActivityType, parent: &Node) -> Result<()> {
+    let parent_kind = if parent.is_record {
+        Some(ParentKind::Record)
+    } else {
+        ActivityType::from_typeid(parent.typeid).map(ParentKind::Activity)
+    };
+    match parent_kind {
+        Some(p) if kind.allowed_parents().contains(&p) => Ok(()),
+        _ => Err(StoreError::WrongParent(format!(
+            "a {} can be placed under {} only",
+            kind.segment(),
+            kind.allowed_parents_text()
+        ))),
+    }
+}
+
+fn check_principals(tx: &Transaction<'_>, viewer: &Viewer, kind: ActivityType, fields: &FieldValues) -> Result<()> {
+    for f in kind.fields().iter().filter(|f| f.kind == Kind::Principal) {
+        if let Some(v) = fields.get(f.name).filter(|v| !v.is_empty()) {
+            let id: i64 = v.parse().map_err(|_| StoreError::BadReference(format!("{} {v} is not an id", f.name)))?;
+            if principal_kind(tx, &viewer.org, id)?.is_none() {
+                return Err(StoreError::BadReference(format!("{} {id} is not a user or group id", f.name)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The position for a new child of `parent`: after or before a sibling (shifting the ones
+/// behind it), else at the end.
+fn position_for(tx: &Transaction<'_>, parent: i64, place: Option<Place>, moving: Option<i64>) -> Result<i64> {
+    let Some(place) = place else {
+        let last: Option<i64> = tx
+            .prepare_cached("SELECT max(position) FROM items WHERE parent = ?1 AND archived IS NULL AND id IS NOT ?2")?
+            .query_row((parent, moving), |r| r.get(0))?;
+        return Ok(last.unwrap_or(0) + 1);
+    };
+    let sibling = match place {
+        Place::After(s) | Place::Before(s) => s,
+    };
+    if Some(sibling) == moving {
+        return Err(StoreError::BadReference("an activity cannot be placed relative to itself".into()));
+    }
+    let pos: i64 = tx
+        .prepare_cached("SELECT position FROM items WHERE id = ?1 AND parent = ?2 AND archived IS NULL")?
+        .query_row((sibling, parent), |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::BadReference(format!("activity {sibling} is not under the same parent")))?;
+    let (new_pos, from) = match place {
+        Place::After(_) => (pos + 1, pos + 1),
+        Place::Before(_) => (pos, pos),
+    };
+    tx.prepare_cached(
+        "UPDATE items SET position = position + 1 WHERE parent = ?1 AND position >= ?2 AND archived IS NULL AND id IS NOT ?3",
+    )?
+    .execute((parent, from, moving))?;
+    Ok(new_pos)
+}
+
+impl Store {
+    pub fn create_activity(&self, viewer: &Viewer, new: NewActivity) -> Result<CreatedActivity> {
+        self.write(|tx| {
+            let parent = load_node(tx, viewer, new.parent)?;
+            check_parent(new.kind, &parent)?;
+            if new.kind.one_per_parent() {
+                let exists = tx
+                    .prepare_cached("SELECT 1 FROM items WHERE parent = ?1 AND typeid = ?2 AND archived IS NULL")?
+                    .query_row((parent.id, new.kind.typeid()), |_| Ok(()))
+                    .optional()?;
+                if exists.is_some() {
+                    return Err(StoreError::Duplicate(format!(
+                        "item {} already has a {}; there is one per parent",
+                        parent.id,
+                        new.kind.segment()
+                    )));
+                }
+            }
+            check_principals(tx, viewer, new.kind, &new.fields)?;
+            let position = position_for(tx, parent.id, new.place, None)?;
+            let now = now_secs();
+            tx.prepare_cached(
+                "INSERT INTO items (org, typeid, record_id, parent, ownership, name, fields, position, level, due,
+                                    completed, created, updated, creator, modificator)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?13)",
+            )?
+            .execute((
+                &viewer.org,
+                new.kind.typeid(),
+                parent.record_id,
+                parent.id,
+                viewer.user_id,
+                new.kind.title(&new.fields),
+                fields_json(&new.fields),
+                position,
+                parent.level + 1,
+                new.kind.due(&new.fields),
+                ActivityType::completed(&new.fields),
+                now,
+                viewer.user_id,
+            ))?;
+            Ok(CreatedActivity { id: tx.last_insert_rowid(), record_id: parent.record_id, created: now })
+        })
+    }
+
+    /// Updates an activity of the given type; returns its record id (after a move, the new one).
+    pub fn update_activity(
+        &self,
+        viewer: &Viewer,
+        kind: ActivityType,
+        id: i64,
+        changes: ActivityChanges,
+    ) -> Result<i64> {
+        self.write(|tx| {
+            let node = load_node(tx, viewer, id)?;
+            if node.is_record || node.typeid != kind.typeid() {
+                return Err(StoreError::NotFound);
+            }
+            let (current_parent, fields_text): (i64, String) = tx
+                .prepare_cached("SELECT parent, fields FROM items WHERE id = ?1")?
+                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let mut fields: FieldValues = serde_json::from_str(&fields_text).unwrap_or_default();
+            for (k, v) in &changes.fields {
+                if v.is_empty() {
+                    fields.remove(k);
+                } else {
+                    fields.insert(k.clone(), v.clone());
+                }
+            }
+            check_principals(tx, viewer, kind, &changes.fields)?;
+
+            let mut parent_id = current_parent;
+            let mut record_id = node.record_id;
+            if let Some(target) = changes.parent.filter(|p| *p != current_parent) {
+                let target_node = load_node(tx, viewer, target)?;
+                check_parent(kind, &target_node)?;
+                let inside: Option<i64> = tx
+                    .query_row(
+                        "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id)
+                         SELECT id FROM sub WHERE id = ?2",
+                        (id, target),
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if inside.is_some() {
+                    return Err(StoreError::WrongParent("an activity cannot be moved under itself".into()));
+                }
+                let shift = target_node.level + 1 - node.level;
+                tx.execute(
+                    "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id)
+                     UPDATE items SET record_id = ?2, level = level + ?3 WHERE id IN sub",
+                    (id, target_node.record_id, shift),
+                )?;
+                parent_id = target_node.id;
+                record_id = target_node.record_id;
+                let position = position_for(tx, parent_id, changes.place, Some(id))?;
+                tx.execute("UPDATE items SET parent = ?2, position = ?3 WHERE id = ?1", (id, parent_id, position))?;
+            } else if changes.place.is_some() {
+                let position = position_for(tx, parent_id, changes.place, Some(id))?;
+                tx.execute("UPDATE items SET position = ?2 WHERE id = ?1", (id, position))?;
+            }
+
+            tx.execute(
+                "UPDATE items SET name = ?2, fields = ?3, due = ?4, completed = ?5, updated = ?6, modificator = ?7
+                 WHERE id = ?1",
+                (
+                    id,
+                    kind.title(&fields),
+                    fields_json(&fields),
+                    kind.due(&fields),
+                    ActivityType::completed(&fields),
+                    now_secs(),
+                    viewer.user_id,
+                ),
+            )?;
+            Ok(record_id)
+        })
+    }
+
+    /// Archives an activity and everything under it, together (soft delete); returns its
+    /// record id.
+    pub fn delete_activity(&self, viewer: &Viewer, kind: ActivityType, id: i64) -> Result<i64> {
+        self.write(|tx| {
+            let node = load_node(tx, viewer, id)?;
+            if node.is_record || node.typeid != kind.typeid() {
+                return Err(StoreError::NotFound);
+            }
+            tx.execute(
+                "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id
+                                             WHERE i.archived IS NULL)
+                 UPDATE items SET archived = ?1, updated = ?2, modificator = ?3 WHERE id IN sub AND archived IS NULL",
+                (id, now_secs(), viewer.user_id),
+            )?;
+            Ok(node.record_id)
+        })
+    }
+}

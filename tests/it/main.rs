@@ -1,0 +1,6 @@
+//! Integration tests: the real binary, on a real socket, with its own SQLite file, driven as
+//! clients drive it (HTTP and the CLI). One test crate, one `support` module.
+
+mod activities;
+mod records;
+mod support;

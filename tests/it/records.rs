@@ -1,0 +1,156 @@
+//! Records: every endpoint in XML, JSON and form encoding, against golden transcripts.
+//! Goldens are written by `UPDATE_EXPECT=1 cargo test`; ids are stable because every test
+//! starts from an empty database.
+
+use expect_test::expect_file;
+
+use crate::support::{Req, Service, Transcript};
+
+#[test]
+fn contacts_in_xml() {
+    let s = Service::start("contacts_in_xml");
+    let c = s.admin_client();
+    let mut t = Transcript::new();
+    t.step(&c, Req::new("POST", "/contacts/categories/").xml_body("<request><name>VIP</name></request>"));
+    t.step(&c, Req::new("POST", "/contacts/categories").xml_body("<request><name>Supplier</name></request>"));
+    t.step(&c, Req::new("GET", "/contacts/categories/"));
+    t.step(&c, Req::new("POST", "/companies").xml_body("<request><name>Workplate Ltd</name></request>"));
+    t.step(
+        &c,
+        Req::new("POST", "/contacts").xml_body(
+            "<request><firstname>Aaron</firstname><lastname>Baileys</lastname>\
+             <businessemail>aaron@workplate.com</businessemail><cellularphone>(382) 853-8544</cellularphone>\
+             <custom1001>C-7731</custom1001><custom1002>gold</custom1002>\
+             <categories><add><category>1</category></add></categories>\
+             <relateditems><add><relatedto><id>1</id><note>employer</note></relatedto></add></relateditems>\
+             </request>",
+        ),
+    );
+    t.step(&c, Req::new("GET", "/contacts/2/"));
+    t.step(
+        &c,
+        Req::new("PUT", "/contacts/2/").xml_body(
+            "<request><jobtitle>Facilities manager</jobtitle><cellularphone></cellularphone>\
+             <categories><add><category>2</category></add><remove><category>1</category></remove></categories></request>",
+        ),
+    );
+    t.step(&c, Req::new("GET", "/contacts/2"));
+    t.step(&c, Req::new("GET", "/contacts"));
+    t.step(&c, Req::new("GET", "/contacts/?layout=1&fieldlist=firstname,jobtitle&categories=1"));
+    t.step(&c, Req::new("DELETE", "/contacts/2/"));
+    t.step(&c, Req::new("GET", "/contacts/2/"));
+    t.step(&c, Req::new("GET", "/contacts?filtermode=archived"));
+    expect_file!["golden/contacts_xml.txt"].assert_eq(&t.text);
+}
+
+#[test]
+fn contacts_in_json() {
+    let s = Service::start("contacts_in_json");
+    let c = s.admin_client();
+    let mut t = Transcript::new();
+    let json = |r: Req| r.header("Accept", "application/json");
+    t.step(&c, json(Req::new("POST", "/contacts/categories").json_body(r#"{"name": "VIP"}"#)));
+    t.step(&c, json(Req::new("POST", "/companies/").json_body(r#"{"name": "Workplate Ltd", "custom1004": 40}"#)));
+    t.step(
+        &c,
+        json(Req::new("POST", "/contacts").json_body(
+            r#"{"firstname": "Aaron", "lastname": "Baileys", "businessemail": "aaron@workplate.com",
+                "categories": {"add": [1]},
+                "relateditems": {"add": {"relatedto": [{"id": "1", "note": "employer"}]}}}"#,
+        )),
+    );
+    t.step(&c, json(Req::new("GET", "/contacts/2")));
+    t.step(
+        &c,
+        json(
+            Req::new("PUT", "/contacts/2")
+                .json_body(r#"{"jobtitle": "Facilities manager", "flagged": 1, "relateditems": {"remove": [1]}}"#),
+        ),
+    );
+    t.step(&c, json(Req::new("GET", "/contacts/2/")));
+    t.step(&c, json(Req::new("GET", "/contacts?layout=1&categories=1")));
+    t.step(&c, json(Req::new("GET", "/companies")));
+    t.step(&c, json(Req::new("GET", "/contacts/categories/")));
+    t.step(&c, json(Req::new("DELETE", "/contacts/2")));
+    t.step(&c, json(Req::new("GET", "/contacts/2")));
+    expect_file!["golden/contacts_json.txt"].assert_eq(&t.text);
+}
+
+#[test]
+fn contacts_in_form_encoding() {
+    let s = Service::start("contacts_in_form_encoding");
+    let c = s.admin_client();
+    let mut t = Transcript::new();
+    t.step(&c, Req::new("POST", "/contacts/categories/").form_body("name=Key+account"));
+    t.step(&c, Req::new("POST", "/companies").form_body("name=Workplate%20Ltd"));
+    t.step(
+        &c,
+        Req::new("POST", "/contacts/").form_body(
+            "firstname=Ann&lastname=Lee&businessemail=ann%40example.com&categories[add][]=1\
+             &relateditems[add][relatedto][0][id]=1&relateditems[add][relatedto][0][note]=site+lead",
+        ),
+    );
+    t.step(&c, Req::new("PUT", "/contacts/2").form_body("jobtitle=Engineer&categories[remove][]=1"));
+    t.step(&c, Req::new("GET", "/contacts/2"));
+    t.step(&c, Req::new("GET", "/contacts").form_body("limit=1&sortfield=created&sortdir=DESC"));
+    expect_file!["golden/contacts_form.txt"].assert_eq(&t.text);
+}
+
+#[test]
+fn every_record_type() {
+    let s = Service::start("every_record_type");
+    let c = s.admin_client();
+    let mut t = Transcript::new();
+    t.step(
+        &c,
+        Req::new("POST", "/companies").json_body(r#"{"name": "Initech", "phone": "555-0100", "custom1001": "C-1"}"#),
+    );
+    t.step(&c, Req::new("POST", "/projectblogs").json_body(r#"{"title": "Lobby refit", "description": "Phase 1"}"#));
+    t.step(
+        &c,
+        Req::new("POST", "/tickets").json_body(
+            r#"{"title": "Door 3 sticks", "status": "Open", "priority": "high", "requesteremail": "ops@initech.com", "duedate": "2026-12-01"}"#,
+        ),
+    );
+    t.step(&c, Req::new("GET", "/companies/1"));
+    t.step(&c, Req::new("GET", "/projectblogs/2").json());
+    t.step(&c, Req::new("GET", "/tickets/3"));
+    t.step(&c, Req::new("GET", "/tickets?layout=1").json());
+    t.step(&c, Req::new("GET", "/companies/fields"));
+    t.step(&c, Req::new("GET", "/tickets/fields/").json());
+    t.step(&c, Req::new("GET", "/contacts/fields").json());
+    // A ticket is not a contact: the wrong segment does not find it.
+    t.step(&c, Req::new("GET", "/contacts/3"));
+    expect_file!["golden/record_types.txt"].assert_eq(&t.text);
+}
+
+#[test]
+fn ownership_lists_users_and_groups() {
+    let s = Service::start("ownership_lists_users_and_groups");
+    let group = s.add_group("Site team", &["--email", "site@acme.test"]);
+    s.add_user("ann@acme.test", "Ann Lee", &["--group", &group.to_string()]);
+    s.add_user("bob@acme.test", "Bob Stone", &["--prevent-private-data"]);
+    s.add_user("gus@globex.test", "Gus Other", &["--org", "globex"]);
+    let gone = s.add_user("old@acme.test", "Old Timer", &[]);
+    assert!(s.cli(&["user", "delete", "--email", &gone.email]).status.success());
+    let c = s.admin_client();
+    let mut t = Transcript::new();
+    t.step(&c, Req::new("GET", "/ownership"));
+    t.step(&c, Req::new("GET", "/ownership/?deleted=1").json());
+    expect_file!["golden/ownership.txt"].assert_eq(&t.text);
+}
+
+#[test]
+fn jsonp_and_accept_variants() {
+    let s = Service::start("jsonp_and_accept_variants");
+    let c = s.admin_client();
+    let mut t = Transcript::new();
+    c.create("contacts", r#"{"firstname": "Ann"}"#);
+    t.step(&c, Req::new("GET", "/contacts/1?callback=show_it"));
+    t.step(&c, Req::new("GET", "/contacts/1?callback=bad%3Calert%3E(1)"));
+    t.step(&c, Req::new("GET", "/contacts/99?callback=cb"));
+    t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accepts", "application/json"));
+    t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accept", "text/html, application/json;q=0.9"));
+    t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accept", "*/*"));
+    expect_file!["golden/jsonp_accept.txt"].assert_eq(&t.text);
+}
