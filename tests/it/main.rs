@@ -2,5 +2,6 @@
 //! clients drive it (HTTP and the CLI). One test crate, one `support` module.
 
 mod activities;
+mod list;
 mod records;
 mod support;
