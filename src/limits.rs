@@ -14,6 +14,10 @@ pub const HTTP_BODY_BYTES_MAX_CEILING: usize = 64 * 1024 * 1024;
 pub const HTTP_WORKERS_DEFAULT: usize = 4;
 pub const HTTP_WORKERS_CEILING: usize = 64;
 
+/// A body over `body_bytes_max` is still read and discarded up to this many bytes before the
+/// 413 goes out, so the client sees the answer instead of a reset connection.
+pub const HTTP_DRAIN_BYTES_MAX: usize = 8 * 1024 * 1024;
+
 /// Requests waiting for a worker (`[http] queue_depth_max`); beyond it the answer is 503.
 pub const HTTP_QUEUE_DEPTH_MAX_DEFAULT: usize = 256;
 pub const HTTP_QUEUE_DEPTH_MAX_CEILING: usize = 65_536;

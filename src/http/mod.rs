@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -159,17 +159,15 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > shared.body_bytes_max as u64) {
+    if declared.is_some_and(|n| n > limits::HTTP_DRAIN_BYTES_MAX as u64) {
+        // Too large to be worth reading: answer at once and close.
         return early(ApiError::too_large(shared.body_bytes_max), true);
     }
-    let collected =
-        tokio::time::timeout(shared.body_read_timeout, Limited::new(body, shared.body_bytes_max).collect()).await;
-    let body = match collected {
-        Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return early(ApiError::too_large(shared.body_bytes_max), true);
-        }
-        Ok(Err(e)) => {
+    let read = tokio::time::timeout(shared.body_read_timeout, read_body(body, shared.body_bytes_max)).await;
+    let body = match read {
+        Ok(BodyRead::Complete(bytes)) => bytes,
+        Ok(BodyRead::TooLarge) => return early(ApiError::too_large(shared.body_bytes_max), true),
+        Ok(BodyRead::Failed(e)) => {
             return early(ApiError::invalid_request(format!("the body could not be read: {e}")), true);
         }
         Err(_) => return early(ApiError::request_timeout(), true),
@@ -190,6 +188,39 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         },
         Err(Refused::Full(_)) => early(ApiError::busy(), false),
     }
+}
+
+enum BodyRead {
+    Complete(Bytes),
+    /// Over the limit; the rest was read and discarded (up to `HTTP_DRAIN_BYTES_MAX`).
+    TooLarge,
+    Failed(hyper::Error),
+}
+
+/// Reads a body of at most `max` bytes. A larger one is drained (discarded) up to
+/// `HTTP_DRAIN_BYTES_MAX` so that the client reads the 413 rather than a reset.
+async fn read_body(mut body: Incoming, max: usize) -> BodyRead {
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(f) => f,
+            Err(_) if seen > max => return BodyRead::TooLarge,
+            Err(e) => return BodyRead::Failed(e),
+        };
+        if let Ok(data) = frame.into_data() {
+            seen = seen.saturating_add(data.len());
+            if seen > max {
+                buf.clear();
+                if seen > limits::HTTP_DRAIN_BYTES_MAX {
+                    return BodyRead::TooLarge;
+                }
+            } else {
+                buf.extend_from_slice(&data);
+            }
+        }
+    }
+    if seen > max { BodyRead::TooLarge } else { BodyRead::Complete(buf.freeze()) }
 }
 
 fn to_hyper(resp: api::Response) -> hyper::Response<Full<Bytes>> {

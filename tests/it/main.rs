@@ -1,7 +1,11 @@
 //! Integration tests: the real binary, on a real socket, with its own SQLite file, driven as
 //! clients drive it (HTTP and the CLI). One test crate, one `support` module.
 
+mod access;
 mod activities;
+mod bad_input;
+mod cli;
+mod http;
 mod list;
 mod records;
 mod support;

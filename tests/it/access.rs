@@ -1,0 +1,145 @@
+//! Who sees and changes what: two users, a group, an administrator, two organisations.
+
+use crate::support::{Req, Service};
+
+#[test]
+fn users_see_their_own_and_their_groups_records() {
+    let s = Service::start("users_see_their_own_and_their_groups_records");
+    let team = s.add_group("Site team", &[]);
+    let ann = s.add_user("ann@acme.test", "Ann Lee", &["--group", &team.to_string()]);
+    let bob = s.add_user("bob@acme.test", "Bob Stone", &[]);
+    let carl = s.add_user("carl@acme.test", "Carl Day", &[]);
+    assert!(s.cli(&["group", "member", "--group", &team.to_string(), "--email", "carl@acme.test"]).status.success());
+    let (ann_c, bob_c, carl_c, admin) = (s.client(&ann), s.client(&bob), s.client(&carl), s.admin_client());
+
+    let private = ann_c.create("contacts", r#"{"firstname": "Ann's private"}"#);
+    let shared = ann_c.create("contacts", &format!(r#"{{"firstname": "Team shared", "ownership": {team}}}"#));
+    let bobs = bob_c.create("contacts", r#"{"firstname": "Bob's own"}"#);
+
+    // Lists.
+    assert_eq!(ann_c.list_ids("/contacts"), vec![private, shared]);
+    assert_eq!(carl_c.list_ids("/contacts"), vec![shared]);
+    assert_eq!(bob_c.list_ids("/contacts"), vec![bobs]);
+    assert_eq!(admin.list_ids("/contacts"), vec![private, bobs, shared]);
+
+    // Show, update, delete of someone else's private record: not found, and nothing changes.
+    for path in [format!("/contacts/{private}"), format!("/contacts/{private}/")] {
+        bob_c.get(&path).assert_status(404);
+        bob_c.put_json(&path, r#"{"firstname": "hacked"}"#).assert_status(404);
+        bob_c.delete(&path).assert_status(404);
+    }
+    assert_eq!(ann_c.get_json(&format!("/contacts/{private}")).json()["item"]["name"], "Ann's private");
+    // A group member may change the group's record.
+    carl_c.put_json(&format!("/contacts/{shared}"), r#"{"jobtitle": "Lead"}"#).assert_status(200);
+    // Activities under an invisible record cannot be created.
+    bob_c
+        .post_json("/contacts/note", &format!(r#"{{"parent": {private}, "data": {{"details": "x"}}}}"#))
+        .assert_status(404);
+    let note = ann_c.create_activity("note", &format!(r#"{{"parent": {private}, "data": {{"details": "mine"}}}}"#));
+    bob_c.put_json(&format!("/contacts/note/{note}"), r#"{"data": {"details": "hacked"}}"#).assert_status(404);
+    bob_c.delete(&format!("/contacts/note/{note}")).assert_status(404);
+    // Relating to an invisible record is refused, and does not reveal it.
+    let r = bob_c.put_json(&format!("/contacts/{bobs}"), &format!(r#"{{"relateditems": {{"add": [{private}]}}}}"#));
+    r.assert_status(400);
+    assert!(r.body.contains("does not exist"), "{}", r.body);
+    // Searching does not find invisible records.
+    assert!(bob_c.list_ids("/contacts?searchvalue=Ann").is_empty());
+
+    // Ownership: one's own id or one's groups; administrators any in the organisation.
+    let r = bob_c.post_json("/contacts", &format!(r#"{{"firstname": "x", "ownership": {team}}}"#));
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.json()["errors"]["accessdenied"].is_string());
+    ann_c.put_json(&format!("/contacts/{private}"), r#"{"ownership": 1}"#).assert_status(403);
+    admin.put_json(&format!("/contacts/{bobs}"), &format!(r#"{{"ownership": {team}}}"#)).assert_status(200);
+    assert!(carl_c.list_ids("/contacts").contains(&bobs));
+    assert!(bob_c.list_ids("/contacts").is_empty());
+    admin.post_json("/contacts", r#"{"firstname": "x", "ownership": 999}"#).assert_status(400);
+}
+
+#[test]
+fn organisations_are_isolated() {
+    let s = Service::start("organisations_are_isolated");
+    let globex_admin = s.add_user("boss@globex.test", "Globex Boss", &["--org", "globex", "--admin"]);
+    let g = s.client(&globex_admin);
+    let a = s.admin_client();
+    let acme_contact = a.create("contacts", r#"{"firstname": "Acme person"}"#);
+    let acme_tag = a.post_json("/contacts/categories", r#"{"name": "VIP"}"#).json()["id"].as_i64().unwrap();
+    // An administrator of another organisation sees nothing of it.
+    assert!(g.list_ids("/contacts").is_empty());
+    g.get(&format!("/contacts/{acme_contact}")).assert_status(404);
+    g.put_json(&format!("/contacts/{acme_contact}"), r#"{"firstname": "x"}"#).assert_status(404);
+    g.delete(&format!("/contacts/{acme_contact}")).assert_status(404);
+    assert_eq!(g.get_json("/contacts/categories").json()["categories"], serde_json::json!([]));
+    // Same tag name is fine in the other organisation; the other's tag id cannot be used.
+    g.post_json("/contacts/categories", r#"{"name": "VIP"}"#).assert_status(201);
+    g.post_json("/contacts", &format!(r#"{{"firstname": "x", "categories": {{"add": [{acme_tag}]}}}}"#))
+        .assert_status(400);
+    g.post_json("/contacts", r#"{"firstname": "x", "ownership": 1}"#).assert_status(400);
+    g.post_json("/contacts", r#"{"firstname": "x", "assignedto": 1}"#).assert_status(400);
+    g.post_json("/contacts/note", &format!(r#"{{"parent": {acme_contact}, "data": {{"details": "x"}}}}"#))
+        .assert_status(404);
+    let users = g.get_json("/ownership").json();
+    let emails: Vec<&str> = users["users"].as_array().unwrap().iter().map(|u| u["email"].as_str().unwrap()).collect();
+    assert_eq!(emails, vec!["boss@globex.test"]);
+    // And the first organisation is unchanged.
+    assert_eq!(a.get_json(&format!("/contacts/{acme_contact}")).json()["item"]["name"], "Acme person");
+}
+
+#[test]
+fn credentials_tokens_and_disabled_users() {
+    let s = Service::start("credentials_tokens_and_disabled_users");
+    let ann = s.add_user("ann@acme.test", "Ann Lee", &[]);
+    let c = s.client(&ann);
+    c.get("/contacts").assert_status(200);
+    // E-mail is matched ignoring case; a wrong token, an unknown user, no header: 401.
+    let upper = crate::support::Account { email: "ANN@acme.test".into(), token: ann.token.clone() };
+    s.client(&upper).get("/contacts").assert_status(200);
+    for auth in [
+        crate::support::basic(&ann.email, "0".repeat(64).as_str()),
+        crate::support::basic("nobody@acme.test", &ann.token),
+        crate::support::basic(&ann.email, ""),
+        "Basic not-base64".to_string(),
+        format!("Bearer {}", ann.token),
+    ] {
+        let r = s.anonymous().call(Req::new("GET", "/contacts").header("Authorization", &auth));
+        assert_eq!(r.status, 401, "{auth}");
+        assert_eq!(r.header("WWW-Authenticate"), Some("Basic realm=\"sitegate\", charset=\"UTF-8\""));
+        assert!(r.body.contains("<authenticationfailed>"), "{}", r.body);
+    }
+    let r = s.anonymous().get("/contacts");
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("Http-X-Service-Api-Call-Limit"), Some("0/10000"));
+
+    // A new token replaces the old one, while the service runs.
+    let out = s.cli(&["user", "token", "--email", "ann@acme.test"]);
+    assert!(out.status.success());
+    let fresh = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    c.get("/contacts").assert_status(401);
+    let c2 = s.client(&crate::support::Account { email: ann.email.clone(), token: fresh });
+    c2.get("/contacts").assert_status(200);
+    // Disabled: refused; enabled again: accepted; deleted: refused for good.
+    assert!(s.cli(&["user", "disable", "--email", "ann@acme.test"]).status.success());
+    c2.get("/contacts").assert_status(401);
+    assert!(s.cli(&["user", "enable", "--email", "ann@acme.test"]).status.success());
+    c2.get("/contacts").assert_status(200);
+    assert!(s.cli(&["user", "delete", "--email", "ann@acme.test"]).status.success());
+    c2.get("/contacts").assert_status(401);
+    // The database holds no token in the clear.
+    let db = std::fs::read(s.dir.join("data/sitegate.db")).unwrap();
+    let needle = ann.token.as_bytes();
+    assert!(!db.windows(needle.len()).any(|w| w == needle), "a token is stored in the clear");
+}
+
+#[test]
+fn users_without_private_data_must_share() {
+    let s = Service::start("users_without_private_data_must_share");
+    let team = s.add_group("Team", &[]);
+    let pat = s.add_user("pat@acme.test", "Pat", &["--prevent-private-data", "--group", &team.to_string()]);
+    let c = s.client(&pat);
+    let r = c.post_json("/contacts", r#"{"firstname": "x"}"#);
+    assert_eq!(r.status, 403, "{}", r.body);
+    c.post_json("/contacts", &format!(r#"{{"firstname": "x", "ownership": {team}}}"#)).assert_status(201);
+    let me = s.admin_client().get_json("/ownership").json();
+    let pat_entry = me["users"].as_array().unwrap().iter().find(|u| u["email"] == "pat@acme.test").unwrap().clone();
+    assert_eq!(pat_entry["preventprivatedata"], 1);
+}

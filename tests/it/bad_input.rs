@@ -1,0 +1,187 @@
+//! Bad input: each case gets a clear 4xx in the API's error shape, and the data stays intact.
+
+use crate::support::{Req, Service, q};
+
+struct Case {
+    what: &'static str,
+    method: &'static str,
+    path: String,
+    content_type: &'static str,
+    body: Vec<u8>,
+    status: u16,
+    element: &'static str,
+}
+
+fn case(
+    what: &'static str,
+    method: &'static str,
+    path: &str,
+    ct: &'static str,
+    body: &str,
+    status: u16,
+    element: &'static str,
+) -> Case {
+    Case { what, method, path: path.into(), content_type: ct, body: body.as_bytes().to_vec(), status, element }
+}
+
+const XML: &str = "application/xml";
+const JSON: &str = "application/json";
+const FORM: &str = "application/x-www-form-urlencoded";
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let s = Service::start("bad_input_is_refused_and_changes_nothing");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Keep", "lastname": "Me", "custom1002": "Gold"}"#);
+    let tag = c.post_json("/contacts/categories", r#"{"name": "VIP"}"#).json()["id"].as_i64().unwrap();
+    let before_show = c.get_json(&format!("/contacts/{id}")).json()["item"]["fields"].clone();
+    let rec = format!("/contacts/{id}");
+
+    let deep_json = format!("{}1{}", "{\"a\":".repeat(300), "}".repeat(300));
+    let laughs = r#"<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]><request><firstname>&lol2;</firstname></request>"#;
+    let mut cases = vec![
+        case("malformed XML", "POST", "/contacts", XML, "<request><firstname>Ann</request>", 400, "invalidrequest"),
+        case("XML text at the root", "POST", "/contacts", XML, "<request>Ann</request>", 400, "invalidrequest"),
+        case("entity expansion", "POST", "/contacts", XML, laughs, 400, "invalidrequest"),
+        case("malformed JSON", "POST", "/contacts", JSON, r#"{"firstname": "#, 400, "invalidrequest"),
+        case("JSON array body", "PUT", &rec, JSON, r#"["firstname", "x"]"#, 400, "invalidrequest"),
+        case("JSON scalar body", "PUT", &rec, JSON, "42", 400, "invalidrequest"),
+        case("deeply nested JSON", "PUT", &rec, JSON, &deep_json, 400, "invalidrequest"),
+        case("object as a field value", "PUT", &rec, JSON, r#"{"firstname": {"a": 1}}"#, 400, "invalidvalue"),
+        case("list as a field value", "PUT", &rec, JSON, r#"{"firstname": ["a", "b"]}"#, 400, "invalidvalue"),
+        case("control characters", "PUT", &rec, JSON, r#"{"firstname": "a\u0001b"}"#, 400, "invalidvalue"),
+        case("ownership not a number", "PUT", &rec, JSON, r#"{"ownership": "abc"}"#, 400, "invalidvalue"),
+        case("flagged 2", "PUT", &rec, JSON, r#"{"flagged": 2}"#, 400, "invalidvalue"),
+        case("select value not an option", "PUT", &rec, JSON, r#"{"custom1002": "Bronze"}"#, 400, "invalidvalue"),
+        case("date in another format", "PUT", &rec, JSON, r#"{"custom1003": "31/12/2024"}"#, 400, "invalidvalue"),
+        case("impossible date", "PUT", &rec, JSON, r#"{"custom1003": "2024-02-30"}"#, 400, "invalidvalue"),
+        case("not an e-mail", "PUT", &rec, JSON, r#"{"businessemail": "not an email"}"#, 400, "invalidvalue"),
+        case("assignedto not an id", "PUT", &rec, JSON, r#"{"assignedto": "Ann"}"#, 400, "invalidvalue"),
+        case("assignedto unknown", "PUT", &rec, JSON, r#"{"assignedto": 999}"#, 400, "invalidreference"),
+        case("categories not add/remove", "PUT", &rec, JSON, r#"{"categories": "5"}"#, 400, "invalidvalue"),
+        case("category id not a number", "PUT", &rec, JSON, r#"{"categories": {"add": ["x"]}}"#, 400, "invalidvalue"),
+        case("unknown category", "PUT", &rec, JSON, r#"{"categories": {"add": [999]}}"#, 400, "invalidreference"),
+        case("unknown related item", "PUT", &rec, JSON, r#"{"relateditems": {"add": [999]}}"#, 400, "invalidreference"),
+        case(
+            "related to itself",
+            "PUT",
+            &rec,
+            XML,
+            "<request><relateditems><add><relatedto><id>1</id></relatedto></add></relateditems></request>",
+            400,
+            "invalidreference",
+        ),
+        case("unknown field", "PUT", &rec, JSON, r#"{"nickname": "x"}"#, 400, "incorrectfield"),
+        case("audit field", "PUT", &rec, XML, "<request><creatorid>5</creatorid></request>", 400, "incorrectfield"),
+        case("field of another type", "PUT", &rec, FORM, "mainaddress=x", 400, "incorrectfield"),
+        case("form key clash", "PUT", &rec, FORM, "firstname[a]=1&firstname=2", 400, "invalidvalue"),
+        case("unknown record type", "GET", "/people", "", "", 404, "resourcenotfound"),
+        case("unknown path", "GET", "/contacts/1/2/3/4", "", "", 404, "resourcenotfound"),
+        case("id out of range", "GET", "/contacts/99999999999999999999", "", "", 404, "resourcenotfound"),
+        case("missing record", "PUT", "/contacts/424242", JSON, r#"{"firstname": "x"}"#, 404, "itemisnotfound"),
+        case("limit 5001", "GET", "/contacts?limit=5001", "", "", 400, "invalidparameter"),
+        case("negative start", "GET", "/contacts?start=-5", "", "", 400, "invalidparameter"),
+        case(
+            "SQL in a filter value",
+            "GET",
+            &format!("/contacts?filtermode=category&filtervalue={}", q("1); DROP TABLE items; --")),
+            "",
+            "",
+            400,
+            "invalidparameter",
+        ),
+        case("empty category name", "POST", "/contacts/categories", JSON, r#"{"name": "  "}"#, 400, "invalidvalue"),
+        case(
+            "long category name",
+            "POST",
+            "/contacts/categories",
+            JSON,
+            &format!(r#"{{"name": "{}"}}"#, "x".repeat(300)),
+            400,
+            "invalidvalue",
+        ),
+        case(
+            "duplicate category name",
+            "POST",
+            "/contacts/categories",
+            JSON,
+            r#"{"name": "vip"}"#,
+            409,
+            "alreadyexists",
+        ),
+        case(
+            "activity parent not a number",
+            "POST",
+            "/contacts/note",
+            JSON,
+            r#"{"parent": "abc", "data": {"details": "x"}}"#,
+            400,
+            "invalidvalue",
+        ),
+        case(
+            "activity data not an object",
+            "POST",
+            "/contacts/note",
+            JSON,
+            &format!(r#"{{"parent": {id}, "data": "x"}}"#),
+            400,
+            "invalidvalue",
+        ),
+        case(
+            "activity after and before",
+            "POST",
+            "/contacts/note",
+            JSON,
+            &format!(r#"{{"parent": {id}, "after": 1, "before": 2}}"#),
+            400,
+            "invalidvalue",
+        ),
+        case("wrong method", "PATCH", "/contacts", "", "", 405, "methodnotallowed"),
+    ];
+    cases.push(Case {
+        what: "invalid UTF-8",
+        method: "PUT",
+        path: rec.clone(),
+        content_type: JSON,
+        body: b"{\"firstname\": \"\xff\xfe\"}".to_vec(),
+        status: 400,
+        element: "invalidrequest",
+    });
+    let big = format!(r#"{{"background": "{}"}}"#, "x".repeat(2 * 1024 * 1024));
+    cases.push(case("body over the limit", "PUT", &rec, JSON, &big, 413, "requesttoolarge"));
+
+    for accept_json in [false, true] {
+        for k in &cases {
+            let mut req = Req::new(k.method, &k.path);
+            if !k.content_type.is_empty() {
+                req = req.body(k.content_type, k.body.clone());
+            }
+            if accept_json {
+                req = req.json();
+            }
+            let r = c.call(req);
+            assert_eq!(r.status, k.status, "{} ({}): {}", k.what, if accept_json { "JSON" } else { "XML" }, r.body);
+            if accept_json {
+                let v = r.json();
+                assert_eq!(v["status"], "failed", "{}", k.what);
+                let msg = v["errors"][k.element].as_str().unwrap_or_else(|| panic!("{}: {}", k.what, r.body));
+                assert!(!msg.is_empty());
+            } else {
+                assert!(r.body.contains(&format!("<{}>", k.element)), "{}: {}", k.what, r.body);
+                assert!(r.body.contains("<status>failed</status>"), "{}: {}", k.what, r.body);
+            }
+        }
+    }
+    // Nothing changed.
+    let after = c.get_json(&format!("/contacts/{id}")).json();
+    assert_eq!(after["item"]["fields"], before_show);
+    assert_eq!(after["categories"], serde_json::json!([]));
+    assert_eq!(c.list_ids("/contacts"), vec![id]);
+    assert_eq!(c.get_json("/contacts/categories").json()["categories"].as_array().unwrap().len(), 1);
+    assert_eq!(tag, 1);
+    // Quotes and SQL in a search value are just text.
+    for v in ["' OR '1'='1", "\"; DELETE FROM items; --", "%' --", "\\"] {
+        assert!(c.list_ids(&format!("/contacts?searchmode=Cany&searchvalue={}", q(v))).is_empty(), "{v}");
+    }
+    assert_eq!(c.list_ids("/contacts"), vec![id]);
+}

@@ -1,0 +1,123 @@
+//! The command line: version, configuration loading and errors (exit 78 naming the key),
+//! user and group commands.
+
+use std::process::Command;
+
+use crate::support::{BASE_CONFIG, BIN, Service, cli_with_config, test_dir};
+
+fn run_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(args).current_dir(dir).output().expect("run sitegate")
+}
+
+#[test]
+fn version_prints_the_version() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), format!("sitegate {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn configuration_errors_exit_78_and_name_the_key() {
+    let dir = test_dir("configuration_errors_exit_78_and_name_the_key");
+    let cases = [
+        ("[http]\nworkers = 0\n", "http.workers"),
+        ("[http]\nlisten = \"localhost\"\n", "http.listen"),
+        ("[http]\nworkers = \"four\"\n", "http.workers"),
+        ("[htttp]\nlisten = \"127.0.0.1:0\"\n", "htttp"),
+        ("[site]\ntimezone = \"Europe/Nowhere\"\n", "site.timezone"),
+        ("[[organizations]]\nid = \"has space\"\nname = \"x\"\n", "organizations[0].id"),
+        ("[http]\ntls_cert = \"missing.crt\"\ntls_key = \"missing.key\"\n", "http.tls_cert"),
+        ("[http\nbroken", ""),
+    ];
+    for (text, key) in cases {
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).unwrap();
+        for sub in [&["serve"][..], &["check-config"], &["user", "list"]] {
+            let out = cli_with_config(&path, sub);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(78), "{sub:?} with {text:?}: {err}");
+            assert!(err.contains("configuration error"), "{err}");
+            assert!(err.contains(&format!("`{key}`")) || key.is_empty(), "{text:?} should name {key}: {err}");
+        }
+    }
+    // An explicit --config that does not exist is an error too.
+    let out = cli_with_config(&dir.join("nope.toml"), &["serve"]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}
+
+#[test]
+fn check_config_resolves_paths_relative_to_the_file() {
+    let dir = test_dir("check_config_resolves_paths_relative_to_the_file");
+    std::fs::create_dir_all(dir.join("etc")).unwrap();
+    std::fs::write(dir.join("etc/config.toml"), "[store]\npath = \"db/site.db\"\n").unwrap();
+    let out = cli_with_config(&dir.join("etc/config.toml"), &["check-config"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let expected = dir.join("etc/db/site.db");
+    assert!(text.contains(&format!("path = \"{}\"", expected.display())), "{text}");
+    assert!(text.contains("listen = \"127.0.0.1:8080\""), "{text}");
+    assert!(text.contains("quota_calls_per_hour = 10000"), "{text}");
+    // Without --config: ./config.toml when present, else the built-in defaults.
+    let out = run_in(&dir.join("etc"), &["check-config"]);
+    assert!(String::from_utf8(out.stdout).unwrap().contains("db/site.db"));
+    let out = run_in(&dir, &["check-config"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("built-in defaults") && text.contains("data/sitegate.db"), "{text}");
+}
+
+#[test]
+fn the_shipped_config_is_valid_and_matches_the_defaults() {
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+    let out = cli_with_config(&shipped, &["check-config"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let from_file = String::from_utf8(out.stdout).unwrap();
+    let dir = test_dir("the_shipped_config_is_valid_and_matches_the_defaults");
+    let defaults = String::from_utf8(run_in(&dir, &["check-config"]).stdout).unwrap();
+    // Same settings; only the first line (the source) and the store path's folder differ.
+    let strip = |t: &str| -> Vec<String> {
+        t.lines().skip(1).filter(|l| !l.starts_with("path = ")).map(str::to_string).collect()
+    };
+    assert_eq!(strip(&from_file), strip(&defaults));
+}
+
+#[test]
+fn user_and_group_commands() {
+    let s = Service::start("user_and_group_commands");
+    let group = s.add_group("Night shift", &["--email", "night@acme.test"]);
+    let ann = s.add_user("ann@acme.test", "Ann Lee", &["--admin", "--group", &group.to_string()]);
+    assert_eq!(ann.token.len(), 64);
+    // Duplicates, unknown organisations, bad addresses, unknown groups: exit 64 with a reason.
+    for (args, reason) in [
+        (vec!["user", "add", "--email", "ann@acme.test", "--name", "Again"], "already exists"),
+        (vec!["user", "add", "--email", "x@acme.test", "--name", "X", "--org", "nowhere"], "no organisation"),
+        (vec!["user", "add", "--email", "not-an-address", "--name", "X"], "not an e-mail"),
+        (vec!["user", "add", "--email", "y@acme.test", "--name", "Y", "--group", "999"], "no group"),
+        (vec!["user", "token", "--email", "nobody@acme.test"], "no user"),
+        (vec!["group", "member", "--group", "999", "--email", "ann@acme.test"], "no group"),
+        (vec!["group", "add", "--name", "Night shift"], "already exists"),
+    ] {
+        let out = s.cli(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+    }
+    let list = String::from_utf8(s.cli(&["user", "list"]).stdout).unwrap();
+    assert!(list.contains("ann@acme.test\tAnn Lee\tadmin"), "{list}");
+    assert!(list.contains("admin@sitegate.local"), "{list}");
+    let groups = String::from_utf8(s.cli(&["group", "list"]).stdout).unwrap();
+    assert!(groups.contains("Night shift\tnight@acme.test"), "{groups}");
+    // The new administrator works at once, while the service runs.
+    s.client(&ann).get("/contacts").assert_status(200);
+}
+
+#[test]
+fn serve_fails_clearly_when_the_port_is_taken() {
+    let s = Service::start("serve_fails_clearly_when_the_port_is_taken");
+    let dir = test_dir("serve_fails_clearly_when_the_port_is_taken_2");
+    let config = BASE_CONFIG.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{}\"", s.addr));
+    std::fs::write(dir.join("config.toml"), config).unwrap();
+    let out = cli_with_config(&dir.join("config.toml"), &["serve"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("cannot listen on {}", s.addr)));
+}

@@ -1,0 +1,272 @@
+//! HTTP behaviour as clients meet it: paths with and without a slash, no redirects, framing,
+//! keep-alive, limits and timeouts, panics, quota, HTTPS, shutdown.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::support::{BASE_CONFIG, Options, Req, Service, basic, read_response};
+
+#[test]
+fn paths_work_with_and_without_a_trailing_slash() {
+    let s = Service::start("paths_work_with_and_without_a_trailing_slash");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    for path in [
+        "/contacts".to_string(),
+        "/contacts/".to_string(),
+        format!("/contacts/{id}"),
+        format!("/contacts/{id}/"),
+        "/ownership".into(),
+        "/ownership/".into(),
+        "/contacts/categories".into(),
+        "/contacts/categories/".into(),
+        "/contacts/fields".into(),
+        "/contacts/fields/".into(),
+    ] {
+        let r = c.get(&path);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    // POST to the slashed form creates; it is never redirected.
+    let r = c.post_json("/contacts/", r#"{"firstname": "Bob"}"#);
+    assert_eq!(r.status, 201);
+    assert!(r.header("Location").is_some_and(|l| l.starts_with("/contacts/")));
+}
+
+#[test]
+fn errors_have_the_api_shape() {
+    let s = Service::start("errors_have_the_api_shape");
+    let c = s.admin_client();
+    let r = c.get("/nothing/here");
+    assert_eq!(r.status, 404);
+    assert!(r.body.contains("<resourcenotfound>"), "{}", r.body);
+    let r = c.call(Req::new("PATCH", "/contacts/1"));
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("Allow"), Some("GET, PUT, DELETE"));
+    let r = c.call(Req::new("DELETE", "/contacts").json());
+    assert_eq!(r.status, 405);
+    assert_eq!(r.json()["errors"]["methodnotallowed"].as_str().map(|s| s.contains("GET, POST")), Some(true));
+    assert_eq!(r.header("Http-X-Service-Api-Call-Limit"), Some("3/10000"));
+}
+
+#[test]
+fn keep_alive_serves_many_requests_on_one_connection() {
+    let s = Service::start("keep_alive_serves_many_requests_on_one_connection");
+    let auth = basic(&s.admin.email, &s.admin.token);
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    for i in 0..5 {
+        let body = format!(r#"{{"firstname": "P{i}"}}"#);
+        let req = format!(
+            "POST /contacts HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(req.as_bytes()).unwrap();
+        let r = read_response(&mut stream);
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    // A GET with a body (list parameters) on the same connection.
+    let body = "<request><limit>2</limit></request>";
+    let req = format!(
+        "GET /contacts HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).unwrap();
+    let r = read_response(&mut stream);
+    assert_eq!(r.xml_text("count").as_deref(), Some("5"));
+    assert_eq!(r.body.matches("<firstname>").count(), 2);
+}
+
+#[test]
+fn a_panicking_handler_fails_that_request_only() {
+    let s = Service::start_with(
+        "a_panicking_handler_fails_that_request_only",
+        Options { config: BASE_CONFIG, env: vec![("SITEGATE_FAULT_INJECTION", "1")] },
+    );
+    let c = s.admin_client();
+    for _ in 0..3 {
+        let r = c.get_json("/_fault/panic");
+        assert_eq!(r.status, 500);
+        let msg = r.json()["errors"]["internalerror"].as_str().unwrap().to_string();
+        assert!(msg.contains("reference"), "{msg}");
+        // The next request is served, by the same workers.
+        c.get("/contacts").assert_status(200);
+    }
+    // Without the switch the path does not exist.
+    let plain = Service::start("a_panicking_handler_fails_that_request_only_off");
+    plain.admin_client().get("/_fault/panic").assert_status(404);
+}
+
+#[test]
+fn bodies_over_the_limit_get_413_and_slow_bodies_408() {
+    let config = format!("{BASE_CONFIG}\n").replace(
+        "workers = 2",
+        "workers = 2\nbody_bytes_max = 4096\nbody_read_timeout_ms = 500\nheader_read_timeout_ms = 500",
+    );
+    let s = Service::start_with(
+        "bodies_over_the_limit_get_413_and_slow_bodies_408",
+        Options { config: &config, env: vec![] },
+    );
+    let c = s.admin_client();
+    // Declared too large.
+    let r = c.post_json("/contacts", &format!(r#"{{"background": "{}"}}"#, "x".repeat(5000)));
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(r.json()["errors"]["requesttoolarge"].is_string());
+    // Chunked, found too large while reading.
+    let auth = basic(&s.admin.email, &s.admin.token);
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let chunk = "y".repeat(3000);
+    let req = format!(
+        "POST /contacts HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n{:x}\r\n{chunk}\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n",
+        chunk.len(),
+        chunk.len()
+    );
+    stream.write_all(req.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut stream).status, 413);
+    // Just under the limit is fine.
+    let ok = format!(r#"{{"background": "{}"}}"#, "x".repeat(3000));
+    c.post_json("/contacts", &ok).assert_status(201);
+    // A body that stops arriving: 408 after the body timeout.
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "POST /contacts HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"first"
+    );
+    stream.write_all(req.as_bytes()).unwrap();
+    let r = read_response(&mut stream);
+    assert_eq!(r.status, 408, "{}", r.body);
+    // An idle connection is closed after the header timeout.
+    let mut idle = TcpStream::connect(s.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = idle.read(&mut buf).unwrap_or(0);
+    assert!(n == 0 || String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"), "idle connection got data");
+    assert!(started.elapsed() < Duration::from_secs(25), "idle connection was not closed");
+    // The service still answers.
+    c.get("/contacts").assert_status(200);
+}
+
+#[test]
+fn oversized_headers_are_refused() {
+    let s = Service::start("oversized_headers_are_refused");
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!("GET /contacts HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
+    let _ = stream.write_all(req.as_bytes());
+    let mut head = String::new();
+    let _ = stream.read_to_string(&mut head);
+    assert!(head.is_empty() || head.starts_with("HTTP/1.1 431"), "{head}");
+    s.admin_client().get("/contacts").assert_status(200);
+}
+
+#[test]
+fn quota_counts_calls_per_user_and_survives_a_restart() {
+    let config = BASE_CONFIG.to_string() + "\n[api]\nquota_calls_per_hour = 5\n";
+    let s = Service::start_with(
+        "quota_counts_calls_per_user_and_survives_a_restart",
+        Options { config: &config, env: vec![] },
+    );
+    let bob = s.add_user("bob@acme.test", "Bob", &[]);
+    let c = s.admin_client();
+    for i in 1..=5 {
+        let r = c.get("/contacts");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("Http-X-Service-Api-Call-Limit"), Some(format!("{i}/5").as_str()));
+    }
+    let r = c.get_json("/contacts");
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("Http-X-Service-Api-Call-Limit"), Some("5/5"));
+    let retry: u64 = r.header("Retry-After").unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&retry));
+    assert!(r.json()["errors"]["quotaexceeded"].is_string());
+    // Another user has their own quota.
+    let b = s.client(&bob);
+    assert_eq!(b.get("/contacts").header("Http-X-Service-Api-Call-Limit"), Some("1/5"));
+    // Counters are kept across a restart (written at shutdown).
+    let admin = s.admin.clone();
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    // Near the top of the hour the window could roll over: then the counter starts at zero.
+    let hour_before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 3600;
+    assert_eq!(s.terminate(), Some(0));
+    let s = Service::launch(dir, cfg, &[]);
+    let hour_after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 3600;
+    if hour_before == hour_after {
+        s.client(&admin).get("/contacts").assert_status(429);
+        assert_eq!(s.client(&bob).get("/contacts").header("Http-X-Service-Api-Call-Limit"), Some("2/5"));
+    }
+}
+
+#[test]
+fn sigterm_stops_the_service_cleanly() {
+    let s = Service::start("sigterm_stops_the_service_cleanly");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Durable"}"#);
+    c.get(&format!("/contacts/{id}")).assert_status(200);
+    let admin = s.admin.clone();
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    let started = Instant::now();
+    assert_eq!(s.terminate(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let s = Service::launch(dir, cfg, &[]);
+    // The record is there, and the viewed stamp of the show before shutdown was written.
+    let v = s.client(&admin).get_json("/contacts").json();
+    assert_eq!(v[id.to_string()]["name"], "Durable");
+    assert_ne!(v[id.to_string()]["viewed"], "", "{v}");
+}
+
+#[test]
+fn https_serves_the_same_api() {
+    let dir = crate::support::test_dir("https_serves_the_same_api_certs");
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    std::fs::write(dir.join("server.crt"), ck.cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), ck.signing_key.serialize_pem()).unwrap();
+    let config = BASE_CONFIG.replace(
+        "workers = 2",
+        &format!(
+            "workers = 2\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"",
+            dir.join("server.crt").display(),
+            dir.join("server.key").display()
+        ),
+    );
+    let s = Service::start_with("https_serves_the_same_api", Options { config: &config, env: vec![] });
+    let https: std::net::SocketAddr = s
+        .ready_line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("https="))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no https= in {:?}", s.ready_line));
+    assert!(s.ready_line.starts_with(&format!("ready http={} https=", s.addr)), "{}", s.ready_line);
+
+    let get = |path: &str| -> String {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ck.cert.der().clone()).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(std::sync::Arc::new(client_config), name).unwrap();
+        let tcp = TcpStream::connect(https).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let auth = basic(&s.admin.email, &s.admin.token);
+        write!(
+            tls,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: {auth}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        let _ = tls.read_to_string(&mut text);
+        text
+    };
+    let text = get("/ownership");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("admin@sitegate.local"), "{text}");
+    // A client that connects and says nothing does not hold up the others.
+    let _silent = TcpStream::connect(https).unwrap();
+    assert!(get("/contacts").starts_with("HTTP/1.1 200"));
+}
