@@ -227,10 +227,10 @@ fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
         if trimmed.starts_with('[') {
             table = trimmed.trim_matches(|c| c == '[' || c == ']').trim().to_string();
             key.clear();
-        } else if let Some((name, _)) = trimmed.split_once('=') {
-            if !trimmed.starts_with('#') {
-                key = name.trim().to_string();
-            }
+        } else if let Some((name, _)) = trimmed.split_once('=')
+            && !trimmed.starts_with('#')
+        {
+            key = name.trim().to_string();
         }
         if start < line_end {
             if trimmed.starts_with('[') {
@@ -438,6 +438,7 @@ where
 
 impl Config {
     /// The built-in defaults, as `serve` uses them without a config file.
+    #[cfg(test)]
     pub fn defaults() -> Config {
         resolve(RawConfig::default(), None).expect("built-in defaults are valid")
     }
@@ -511,7 +512,7 @@ mod tests {
         check_err("[http]\nworkers = 0\n", "http.workers");
         check_err("[http]\nworkers = \"x\"\n", "http.workers");
         check_err("[http]\nlisten = \"nope\"\n", "http.listen");
-        check_err("[http]\nbogus = 1\n", "http");
+        check_err("[http]\nbogus = 1\n", "http.bogus");
         check_err("[site]\ntimezone = \"Mars/Base\"\n", "site.timezone");
         check_err("[[organizations]]\nid = \"a-b\"\nname = \"x\"\n", "organizations[0].id");
         check_err("[[fields]]\nid = 1\nlabel = \"x\"\ntype = \"text\"\n", "fields[0].id");

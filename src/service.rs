@@ -200,6 +200,7 @@ impl Flusher {
                 let viewed_every = Duration::from_millis(limits::STORE_VIEWED_FLUSH_INTERVAL_MS);
                 let quota_every = Duration::from_millis(limits::QUOTA_FLUSH_INTERVAL_MS);
                 let mut last_quota = Instant::now();
+                let mut dropped_reported = 0;
                 loop {
                     let stopping = !matches!(
                         stopped.recv_timeout(viewed_every),
@@ -207,6 +208,11 @@ impl Flusher {
                     );
                     if let Err(e) = app.store.flush_viewed() {
                         log::warn!("cannot write viewed stamps: {e}");
+                    }
+                    let dropped = app.store.viewed_dropped();
+                    if dropped > dropped_reported {
+                        log::warn!("{} viewed stamps dropped (buffer full)", dropped - dropped_reported);
+                        dropped_reported = dropped;
                     }
                     if stopping || last_quota.elapsed() >= quota_every {
                         let (hour, counters) = app.quota.snapshot();

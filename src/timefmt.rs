@@ -46,10 +46,10 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     if let Ok(dt) = s.replacen(' ', "T", 1).parse::<DateTime>() {
         return dt.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp().as_second());
     }
-    if s.len() == 10 {
-        if let Ok(d) = s.parse::<Date>() {
-            return d.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp().as_second());
-        }
+    if s.len() == 10
+        && let Ok(d) = s.parse::<Date>()
+    {
+        return d.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp().as_second());
     }
     None
 }

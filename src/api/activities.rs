@@ -30,7 +30,7 @@ pub fn create(ctx: &Ctx<'_>, kind: ActivityType) -> Result<Reply, ApiError> {
         ));
     }
     for required in kind.required_fields() {
-        if !fields.get(*required).is_some_and(|v| !v.is_empty()) {
+        if fields.get(*required).is_none_or(|v| v.is_empty()) {
             return Err(ApiError::invalid_value(required, "is required"));
         }
     }
@@ -68,10 +68,10 @@ pub fn delete(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiEr
 }
 
 fn only_keys(body: &Value, allowed: &[&str]) -> Result<(), ApiError> {
-    if let Value::Object(m) = body {
-        if let Some(other) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(ApiError::incorrect_field(other));
-        }
+    if let Value::Object(m) = body
+        && let Some(other) = m.keys().find(|k| !allowed.contains(&k.as_str()))
+    {
+        return Err(ApiError::incorrect_field(other));
     }
     Ok(())
 }

@@ -103,7 +103,8 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
     }
 
     let mut reader = quick_xml::Reader::from_str(text);
-    reader.config_mut().trim_text(true);
+    // Text is trimmed once per element when it closes, not per event: an entity reference
+    // splits text into several events, and the spaces around it belong to the value.
     let mut stack: Vec<Frame> = Vec::new();
     let mut root: Option<Value> = None;
     let mut nodes = 0usize;
@@ -152,6 +153,7 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
             }
             Event::Text(t) => match stack.last_mut() {
                 Some(frame) => frame.text.push_str(&t.xml10_content()),
+                None if t.trim().is_empty() => {}
                 None => return Err(bad("text outside the root element")),
             },
             Event::CData(c) => match stack.last_mut() {

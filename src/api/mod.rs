@@ -9,7 +9,6 @@ pub mod input;
 pub mod output;
 mod records;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -49,7 +48,6 @@ pub struct Request {
     pub query: String,
     pub headers: HeaderMap,
     pub body: Bytes,
-    pub peer: SocketAddr,
 }
 
 /// A complete response: always a known length, never chunked.
@@ -289,7 +287,7 @@ pub fn render_error(format: &Format, err: ApiError, quota_value: String) -> Resp
     let errors = Out::map().with(err.element.clone(), Out::text(err.message.clone()));
     let (body, content_type) = render(format, members(Out::map().with("errors", errors)), "failed");
     let mut headers = vec![("Content-Type", content_type.to_string()), (QUOTA_HEADER, quota_value)];
-    headers.extend(err.headers.into_iter());
+    headers.extend(err.headers);
     // A JSONP caller cannot read the status line: answer 200 so the script runs and sees
     // `"status": "failed"`.
     let status = if matches!(format, Format::Jsonp(_)) && err.status != 401 { 200 } else { err.status };

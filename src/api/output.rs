@@ -8,15 +8,12 @@
 use std::borrow::Cow;
 use std::fmt::Write;
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 #[derive(Clone, Debug)]
 pub enum Out {
-    /// Empty element in XML, `null` in JSON.
-    Null,
     Text(String),
     Int(i64),
-    Float(f64),
     Map(Vec<Member>),
     /// A list; in XML each item is an element named `item`.
     List {
@@ -70,26 +67,9 @@ impl Out {
         }
     }
 
-    /// Adds a member with one attribute.
-    pub fn push_attr(
-        &mut self,
-        name: impl Into<Cow<'static, str>>,
-        attr: &'static str,
-        attr_value: String,
-        value: Out,
-    ) {
-        if let Out::Map(members) = self {
-            members.push(Member { xml: name.into(), json: None, attrs: vec![(attr, attr_value)], value });
-        }
-    }
-
     /// `1` or empty, the interface's way of writing a flag.
     pub fn flag(on: bool) -> Out {
         Out::Text(if on { "1".into() } else { String::new() })
-    }
-
-    pub fn opt_text(s: Option<String>) -> Out {
-        s.map(Out::Text).unwrap_or(Out::Null)
     }
 }
 
@@ -125,7 +105,6 @@ fn write_element(out: &mut String, name: &str, attrs: &[(&'static str, String)],
         let _ = write!(out, " {k}=\"{}\"", escape_attr(v));
     }
     match value {
-        Out::Null => out.push_str("/>\n"),
         Out::Text(s) if s.is_empty() => out.push_str("/>\n"),
         Out::Text(s) => {
             out.push('>');
@@ -134,10 +113,6 @@ fn write_element(out: &mut String, name: &str, attrs: &[(&'static str, String)],
         }
         Out::Int(n) => {
             let _ = write!(out, ">{n}");
-            close(out, name);
-        }
-        Out::Float(x) => {
-            let _ = write!(out, ">{}", float_text(*x));
             close(out, name);
         }
         Out::Map(members) if members.is_empty() => out.push_str("/>\n"),
@@ -189,10 +164,6 @@ fn xml_chars(s: &str) -> Cow<'_, str> {
     }
 }
 
-fn float_text(x: f64) -> String {
-    if x.is_finite() { format!("{x}") } else { String::new() }
-}
-
 // ---------------------------------------------------------------------------------------------
 // JSON
 
@@ -216,10 +187,8 @@ fn members_to_json(members: &[Member]) -> Value {
 
 fn to_value(out: &Out) -> Value {
     match out {
-        Out::Null => Value::Null,
         Out::Text(s) => Value::String(s.clone()),
         Out::Int(n) => Value::Number((*n).into()),
-        Out::Float(x) => Number::from_f64(*x).map(Value::Number).unwrap_or(Value::Null),
         Out::Map(members) => members_to_json(members),
         Out::List { items, .. } => Value::Array(items.iter().map(to_value).collect()),
     }
@@ -233,11 +202,16 @@ mod tests {
     fn one_tree_two_encodings() {
         let mut entries = Out::map();
         entries.push_keyed(131, Out::map().with("name", Out::text("A & B")));
-        let mut doc = Out::map()
+        let doc = Out::map()
             .with("categories", Out::list("category", vec![Out::map().with("id", Out::Int(5))]))
             .with("empty", Out::text(""));
-        doc.push_attr("assignedto", "cn", "Ann <Lee>".into(), Out::text("12"));
         let Out::Map(mut members) = doc else { unreachable!() };
+        members.push(Member {
+            xml: "assignedto".into(),
+            json: None,
+            attrs: vec![("cn", "Ann <Lee>".into())],
+            value: Out::text("12"),
+        });
         let Out::Map(e) = entries else { unreachable!() };
         members.extend(e);
         let xml = to_xml(&members);

@@ -424,10 +424,10 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
         Some(Value::Array(_)) | None => None,
         Some(_) => p.nonempty("filtervalue")?,
     };
-    if let Some(v) = &value {
-        if v.len() > limits::SEARCH_VALUE_BYTES_MAX {
-            return Err(ApiError::invalid_parameter("filtervalue", "is too long"));
-        }
+    if let Some(v) = &value
+        && v.len() > limits::SEARCH_VALUE_BYTES_MAX
+    {
+        return Err(ApiError::invalid_parameter("filtervalue", "is too long"));
     }
     let special = p.nonempty("special")?.map(|s| s.to_ascii_uppercase());
     if let Some(s) = &special {
@@ -593,10 +593,10 @@ pub fn list_categories(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError>
 
 pub fn create_category(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
     let p = Params::new(&ctx.body);
-    if let Value::Object(m) = &ctx.body {
-        if let Some(other) = m.keys().find(|k| *k != "name") {
-            return Err(ApiError::incorrect_field(other));
-        }
+    if let Value::Object(m) = &ctx.body
+        && let Some(other) = m.keys().find(|k| *k != "name")
+    {
+        return Err(ApiError::incorrect_field(other));
     }
     let name = p
         .nonempty("name")

@@ -179,15 +179,17 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         query: query.clone(),
         headers: parts.headers.clone(),
         body,
-        peer,
     };
-    match shared.pool.submit(request) {
+    let method = parts.method.clone();
+    let response = match shared.pool.submit(request) {
         Ok(rx) => match rx.await {
             Ok(resp) => to_hyper(resp),
             Err(_) => early(ApiError::internal("a worker dropped a request"), false),
         },
-        Err(Refused::Full(_)) => early(ApiError::busy(), false),
-    }
+        Err(Refused) => early(ApiError::busy(), false),
+    };
+    log::debug!("{peer} {method} {} -> {}", parts.uri.path(), response.status().as_u16());
+    response
 }
 
 enum BodyRead {

@@ -21,10 +21,8 @@ pub struct Pool {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// Why a request was not queued.
-pub enum Refused {
-    Full(api::Request),
-}
+/// The queue is full (or the pool is stopping): the request was not queued.
+pub struct Refused;
 
 impl Pool {
     pub fn start(app: Arc<App>, workers: usize, queue_depth_max: usize) -> std::io::Result<Pool> {
@@ -50,9 +48,7 @@ impl Pool {
         let (reply, rx) = oneshot::channel();
         match self.tx.try_send(Job { req, reply }) {
             Ok(()) => Ok(rx),
-            Err(crossbeam_channel::TrySendError::Full(job) | crossbeam_channel::TrySendError::Disconnected(job)) => {
-                Err(Refused::Full(job.req))
-            }
+            Err(_) => Err(Refused),
         }
     }
 

@@ -178,10 +178,6 @@ static TICKET_FIELDS: &[BuiltinField] = &[
     f("assignedto", "Assigned to", BuiltinKind::Principal),
 ];
 
-/// Audit fields the service maintains; shown inside `fields`, never accepted as input.
-pub const AUDIT_FIELDS: &[&str] =
-    &["creatorid", "creatorname", "creatordate", "modificatorid", "modificatorname", "modificatordate"];
-
 /// Custom field ids; built-in fields have the ids below this range (their place in the type's
 /// list, from 1), so a field id alone names a field (`searchmode=C12`).
 pub const CUSTOM_FIELD_ID_MIN: i64 = 1000;
@@ -281,10 +277,6 @@ impl<'a> FieldDef<'a> {
             FieldDef::Builtin(_) => Vec::new(),
             FieldDef::Custom(c) => c.options.clone(),
         }
-    }
-
-    pub fn is_principal(&self) -> bool {
-        matches!(self, FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Principal, .. }))
     }
 
     pub fn is_email(&self) -> bool {
@@ -395,7 +387,6 @@ pub fn field_by_id(record_type: RecordType, custom: &[CustomField], id: i64) -> 
 #[derive(Clone, Debug)]
 pub struct Viewer {
     pub user_id: i64,
-    pub name: String,
     pub org: String,
     pub admin: bool,
     pub prevent_private: bool,

@@ -34,7 +34,6 @@ pub struct ActivityChanges {
 
 pub struct CreatedActivity {
     pub id: i64,
-    pub record_id: i64,
     pub created: i64,
 }
 
@@ -168,7 +167,7 @@ impl Store {
                 now,
                 viewer.user_id,
             ))?;
-            Ok(CreatedActivity { id: tx.last_insert_rowid(), record_id: parent.record_id, created: now })
+            Ok(CreatedActivity { id: tx.last_insert_rowid(), created: now })
         })
     }
 

@@ -207,14 +207,6 @@ impl Store {
         }
         Ok(written)
     }
-
-    /// `PRAGMA integrity_check` answered "ok".
-    pub fn integrity_ok(&self) -> Result<bool> {
-        self.read(|tx| {
-            let answer: String = tx.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-            Ok(answer == "ok")
-        })
-    }
 }
 
 fn configure(conn: &Connection, writer: bool) -> Result<()> {

@@ -208,11 +208,10 @@ impl Store {
     /// The viewer a user id acts as: organisation, administrator flag and group ids.
     pub fn viewer(&self, user_id: i64) -> Result<Viewer> {
         self.read(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "SELECT name, org, admin, prevent_private FROM principals WHERE id = ?1 AND kind = 1",
-            )?;
-            let (name, org, admin, prevent_private) = stmt
-                .query_row([user_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            let mut stmt =
+                tx.prepare_cached("SELECT org, admin, prevent_private FROM principals WHERE id = ?1 AND kind = 1")?;
+            let (org, admin, prevent_private) = stmt
+                .query_row([user_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()?
                 .ok_or(StoreError::NotFound)?;
             let mut stmt = tx.prepare_cached(
@@ -220,7 +219,7 @@ impl Store {
                  WHERE m.user_id = ?1 AND g.deleted = 0 ORDER BY m.group_id",
             )?;
             let groups = stmt.query_map([user_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
-            Ok(Viewer { user_id, name, org, admin, prevent_private, groups })
+            Ok(Viewer { user_id, org, admin, prevent_private, groups })
         })
     }
 }

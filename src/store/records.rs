@@ -92,13 +92,6 @@ pub struct RecordChanges {
     pub related_remove: Vec<i64>,
 }
 
-/// What an update changed in the category tags (for the categorize events).
-#[derive(Debug, Default)]
-pub struct UpdateOutcome {
-    pub categories_added: Vec<i64>,
-    pub categories_removed: Vec<i64>,
-}
-
 /// The primary filter of a list (`filtermode`), resolved to values.
 #[derive(Clone, Debug)]
 pub enum Filter {
@@ -274,7 +267,7 @@ impl Store {
         record_type: RecordType,
         id: i64,
         changes: RecordChanges,
-    ) -> Result<UpdateOutcome> {
+    ) -> Result<()> {
         self.write(|tx| {
             let current = load_record(tx, viewer, record_type, id)?;
             let mut fields = current.fields.clone();
@@ -300,13 +293,13 @@ impl Store {
                  WHERE id = ?1",
                 (id, &name, fields_json(&fields), ownership, flagged, now_secs(), viewer.user_id),
             )?;
-            let added = add_categories(tx, viewer, record_type, id, &changes.categories_add)?;
-            let removed = remove_categories(tx, viewer, record_type, id, &changes.categories_remove)?;
+            add_categories(tx, viewer, record_type, id, &changes.categories_add)?;
+            remove_categories(tx, viewer, record_type, id, &changes.categories_remove)?;
             add_related(tx, viewer, id, &changes.related_add)?;
             for related in &changes.related_remove {
                 tx.execute("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, related))?;
             }
-            Ok(UpdateOutcome { categories_added: added, categories_removed: removed })
+            Ok(())
         })
     }
 
@@ -673,18 +666,13 @@ fn add_categories(
     record_type: RecordType,
     item: i64,
     ids: &[i64],
-) -> Result<Vec<i64>> {
-    let mut added = Vec::new();
+) -> Result<()> {
     for id in ids {
         category_exists(tx, viewer, record_type, *id)?;
-        let n = tx
-            .prepare_cached("INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)")?
+        tx.prepare_cached("INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)")?
             .execute((item, id))?;
-        if n > 0 {
-            added.push(*id);
-        }
     }
-    Ok(added)
+    Ok(())
 }
 
 fn remove_categories(
@@ -693,18 +681,13 @@ fn remove_categories(
     record_type: RecordType,
     item: i64,
     ids: &[i64],
-) -> Result<Vec<i64>> {
-    let mut removed = Vec::new();
+) -> Result<()> {
     for id in ids {
         category_exists(tx, viewer, record_type, *id)?;
-        let n = tx
-            .prepare_cached("DELETE FROM item_categories WHERE item_id = ?1 AND category_id = ?2")?
+        tx.prepare_cached("DELETE FROM item_categories WHERE item_id = ?1 AND category_id = ?2")?
             .execute((item, id))?;
-        if n > 0 {
-            removed.push(*id);
-        }
     }
-    Ok(removed)
+    Ok(())
 }
 
 /// Links `item` to each target (a live, visible contact, company or project blog of the

@@ -392,10 +392,10 @@ pub struct Client {
 impl Client {
     pub fn call(&self, req: Req) -> Resp {
         let mut head = format!("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", req.method, req.path, self.addr);
-        if let Some(auth) = &self.auth {
-            if !req.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization")) {
-                head.push_str(&format!("Authorization: {auth}\r\n"));
-            }
+        if let Some(auth) = &self.auth
+            && !req.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        {
+            head.push_str(&format!("Authorization: {auth}\r\n"));
         }
         for (k, v) in &req.headers {
             head.push_str(&format!("{k}: {v}\r\n"));
