@@ -123,6 +123,22 @@ fn not_found(what: String) -> impl FnOnce(StoreError) -> Failure {
     }
 }
 
+/// For the user and group commands: the configuration, quiet logging, the store.
+fn open_admin(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
+    let config = load(path)?;
+    init_logging(log::LevelFilter::Warn);
+    let store = service::open_store(&config)?;
+    Ok((config, store))
+}
+
+/// Store errors a command-line user can fix are usage errors (exit 64).
+fn usage(e: StoreError) -> Failure {
+    match e {
+        StoreError::Duplicate(m) | StoreError::BadReference(m) => Failure::Usage(m),
+        other => Failure::Store(other),
+    }
+}
+
 fn run(command: Command) -> Result<(), Failure> {
     match command {
         Command::Serve(s) => {
@@ -135,135 +151,100 @@ fn run(command: Command) -> Result<(), Failure> {
             print!("{}", config.to_toml());
             Ok(())
         }
-        Command::User(u) => match u.command {
-            UserCommand::Add(a) => {
-                let config = load(a.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                check_email(&a.email)?;
-                check_name(&a.name)?;
-                let org = org_of(&config, a.org.as_deref())?;
-                let store = service::open_store(&config)?;
-                let token = auth::new_token();
-                store
-                    .create_user(&NewUser {
-                        org: &org,
-                        email: &a.email,
-                        name: a.name.trim(),
-                        admin: a.admin,
-                        prevent_private: a.prevent_private_data,
-                        groups: &a.group,
-                        token_sha256: &auth::token_hash(&token),
-                    })
-                    .map_err(|e| match e {
-                        StoreError::Duplicate(m) | StoreError::BadReference(m) => Failure::Usage(m),
-                        other => Failure::Store(other),
-                    })?;
-                println!("{token}");
-                Ok(())
-            }
-            UserCommand::Token(t) => {
-                let config = load(t.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                let token = auth::new_token();
-                store
-                    .set_token(&t.email, &auth::token_hash(&token))
-                    .map_err(not_found(format!("no user with e-mail {}", t.email)))?;
-                println!("{token}");
-                Ok(())
-            }
-            UserCommand::List(l) => {
-                let config = load(l.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                println!("id\torg\temail\tname\tflags");
-                for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::User) {
-                    let mut flags = Vec::new();
-                    if p.admin {
-                        flags.push("admin");
-                    }
-                    if p.prevent_login {
-                        flags.push("disabled");
-                    }
-                    if p.prevent_private {
-                        flags.push("no-private-data");
-                    }
-                    if p.deleted {
-                        flags.push("deleted");
-                    }
-                    println!("{}\t{}\t{}\t{}\t{}", p.id, p.org, p.email, p.name, flags.join(","));
-                }
-                Ok(())
-            }
-            UserCommand::Disable(d) => {
-                let config = load(d.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                store.disable_user(&d.email, true).map_err(not_found(format!("no user with e-mail {}", d.email)))
-            }
-            UserCommand::Enable(d) => {
-                let config = load(d.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                store.disable_user(&d.email, false).map_err(not_found(format!("no user with e-mail {}", d.email)))
-            }
-            UserCommand::Delete(d) => {
-                let config = load(d.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                store.delete_user(&d.email).map_err(not_found(format!("no user with e-mail {}", d.email)))
-            }
-        },
-        Command::Group(g) => match g.command {
-            GroupCommand::Add(a) => {
-                let config = load(a.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                check_name(&a.name)?;
-                if let Some(email) = &a.email {
-                    check_email(email)?;
-                }
-                let org = org_of(&config, a.org.as_deref())?;
-                let store = service::open_store(&config)?;
-                let id =
-                    store.create_group(&org, a.name.trim(), a.email.as_deref().unwrap_or("")).map_err(|e| match e {
-                        StoreError::Duplicate(m) => Failure::Usage(m),
-                        other => Failure::Store(other),
-                    })?;
-                println!("{id}");
-                Ok(())
-            }
-            GroupCommand::Member(m) => {
-                let config = load(m.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                store.add_member(m.group, &m.email).map_err(|e| match e {
-                    StoreError::BadReference(msg) => Failure::Usage(msg),
-                    other => Failure::Store(other),
-                })
-            }
-            GroupCommand::List(l) => {
-                let config = load(l.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                println!("id\torg\tname\temail\tflags");
-                for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::Group) {
-                    println!(
-                        "{}\t{}\t{}\t{}\t{}",
-                        p.id,
-                        p.org,
-                        p.name,
-                        p.email,
-                        if p.deleted { "deleted" } else { "" }
-                    );
-                }
-                Ok(())
-            }
-            GroupCommand::Delete(d) => {
-                let config = load(d.config.as_deref())?;
-                init_logging(log::LevelFilter::Warn);
-                let store = service::open_store(&config)?;
-                store.delete_group(d.group).map_err(not_found(format!("no group {}", d.group)))
-            }
-        },
+        Command::User(u) => run_user(u.command),
+        Command::Group(g) => run_group(g.command),
     }
+}
+
+fn run_user(command: UserCommand) -> Result<(), Failure> {
+    match command {
+        UserCommand::Add(a) => {
+            let (config, store) = open_admin(a.config.as_deref())?;
+            check_email(&a.email)?;
+            check_name(&a.name)?;
+            let org = org_of(&config, a.org.as_deref())?;
+            let token = auth::new_token();
+            store
+                .create_user(&NewUser {
+                    org: &org,
+                    email: &a.email,
+                    name: a.name.trim(),
+                    admin: a.admin,
+                    prevent_private: a.prevent_private_data,
+                    groups: &a.group,
+                    token_sha256: &auth::token_hash(&token),
+                })
+                .map_err(usage)?;
+            println!("{token}");
+        }
+        UserCommand::Token(t) => {
+            let (_, store) = open_admin(t.config.as_deref())?;
+            let token = auth::new_token();
+            store
+                .set_token(&t.email, &auth::token_hash(&token))
+                .map_err(not_found(format!("no user with e-mail {}", t.email)))?;
+            println!("{token}");
+        }
+        UserCommand::List(l) => {
+            let (_, store) = open_admin(l.config.as_deref())?;
+            println!("id\torg\temail\tname\tflags");
+            for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::User) {
+                let flags: Vec<&str> = [
+                    (p.admin, "admin"),
+                    (p.prevent_login, "disabled"),
+                    (p.prevent_private, "no-private-data"),
+                    (p.deleted, "deleted"),
+                ]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, name)| *name)
+                .collect();
+                println!("{}\t{}\t{}\t{}\t{}", p.id, p.org, p.email, p.name, flags.join(","));
+            }
+        }
+        UserCommand::Disable(d) => {
+            let (_, store) = open_admin(d.config.as_deref())?;
+            store.disable_user(&d.email, true).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
+        }
+        UserCommand::Enable(d) => {
+            let (_, store) = open_admin(d.config.as_deref())?;
+            store.disable_user(&d.email, false).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
+        }
+        UserCommand::Delete(d) => {
+            let (_, store) = open_admin(d.config.as_deref())?;
+            store.delete_user(&d.email).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
+        }
+    }
+    Ok(())
+}
+
+fn run_group(command: GroupCommand) -> Result<(), Failure> {
+    match command {
+        GroupCommand::Add(a) => {
+            let (config, store) = open_admin(a.config.as_deref())?;
+            check_name(&a.name)?;
+            if let Some(email) = &a.email {
+                check_email(email)?;
+            }
+            let org = org_of(&config, a.org.as_deref())?;
+            let id = store.create_group(&org, a.name.trim(), a.email.as_deref().unwrap_or("")).map_err(usage)?;
+            println!("{id}");
+        }
+        GroupCommand::Member(m) => {
+            let (_, store) = open_admin(m.config.as_deref())?;
+            store.add_member(m.group, &m.email).map_err(usage)?;
+        }
+        GroupCommand::List(l) => {
+            let (_, store) = open_admin(l.config.as_deref())?;
+            println!("id\torg\tname\temail\tflags");
+            for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::Group) {
+                println!("{}\t{}\t{}\t{}\t{}", p.id, p.org, p.name, p.email, if p.deleted { "deleted" } else { "" });
+            }
+        }
+        GroupCommand::Delete(d) => {
+            let (_, store) = open_admin(d.config.as_deref())?;
+            store.delete_group(d.group).map_err(not_found(format!("no group {}", d.group)))?;
+        }
+    }
+    Ok(())
 }

@@ -1,7 +1,8 @@
 //! Activity types: their path segments, type ids, fields and the hierarchy (which parent each
 //! may sit under).
 
-use super::{FieldValues, check_text};
+use super::FieldValues;
+use super::value::Kind;
 
 /// Every activity type the API creates, with the type id of the interface's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,33 +27,6 @@ pub enum ActivityType {
 }
 
 use ActivityType as A;
-
-/// How an activity field's value is checked and stored.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Kind {
-    Text,
-    /// An integer within bounds.
-    Int {
-        min: i64,
-        max: i64,
-    },
-    /// A decimal number.
-    Decimal,
-    /// 0 or 1.
-    Flag,
-    /// YYYY-MM-DD.
-    Date,
-    /// A point in time, stored as ISO 8601 UTC.
-    DateTime,
-    /// A user or group id of the organisation.
-    Principal,
-    /// One of the values (matched ignoring case, stored as listed).
-    Choice(&'static [&'static str]),
-    /// Comma-delimited e-mail addresses.
-    Emails,
-    /// A file reference (name or URL); required where the type says so.
-    File,
-}
 
 pub struct ActivityField {
     pub name: &'static str,
@@ -373,59 +347,6 @@ impl ActivityType {
     }
 }
 
-impl Kind {
-    /// Checks and normalises a value; the empty string clears the field.
-    pub fn normalize(self, value: &str) -> Result<String, String> {
-        let value = value.trim();
-        check_text(value)?;
-        if value.is_empty() {
-            return Ok(String::new());
-        }
-        match self {
-            Kind::Text | Kind::File => Ok(value.to_string()),
-            Kind::Int { min, max } => match value.parse::<i64>() {
-                Ok(n) if n >= min && n <= max => Ok(n.to_string()),
-                Ok(_) if min == 0 && max == i64::MAX => Err("must not be negative".into()),
-                Ok(_) => Err(format!("must be from {min} to {max}")),
-                Err(_) => Err("must be an integer".into()),
-            },
-            Kind::Decimal => match value.parse::<f64>() {
-                Ok(n) if n.is_finite() => Ok(value.to_string()),
-                _ => Err("must be a number".into()),
-            },
-            Kind::Flag => match value {
-                "0" | "1" => Ok(value.to_string()),
-                _ => Err("must be 0 or 1".into()),
-            },
-            Kind::Date => crate::timefmt::parse_date(value)
-                .map(|d| d.to_string())
-                .ok_or_else(|| "must be a date (YYYY-MM-DD)".into()),
-            Kind::DateTime => crate::timefmt::parse_datetime(value)
-                .map(crate::timefmt::iso)
-                .ok_or_else(|| "must be a date and time (YYYY-MM-DDTHH:MM:SS+00:00)".into()),
-            Kind::Principal => value
-                .parse::<i64>()
-                .ok()
-                .filter(|v| *v > 0)
-                .map(|v| v.to_string())
-                .ok_or_else(|| "must be a user or group id".into()),
-            Kind::Choice(options) => options
-                .iter()
-                .find(|o| o.eq_ignore_ascii_case(value))
-                .map(|o| o.to_string())
-                .ok_or_else(|| format!("must be one of: {}", options.join(", "))),
-            Kind::Emails => {
-                let parts: Vec<&str> = value.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-                if parts.iter().all(|p| super::looks_like_email(p)) {
-                    Ok(parts.join(", "))
-                } else {
-                    Err("must be e-mail addresses separated by commas".into())
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,15 +382,5 @@ mod tests {
         }
         assert!(!A::Task.allowed_parents().contains(&Record));
         assert!(!A::Photo.allowed_parents().contains(&Act(A::Tasklist)));
-    }
-
-    #[test]
-    fn values_are_checked() {
-        assert_eq!(Kind::Int { min: 0, max: 100 }.normalize("101"), Err("must be from 0 to 100".into()));
-        assert_eq!(Kind::Choice(DEAL_STATUSES).normalize("won"), Ok("Won".into()));
-        assert!(Kind::Choice(CURRENCIES).normalize("XYZ").is_err());
-        assert_eq!(Kind::DateTime.normalize("2024-01-02 03:04:05"), Ok("2024-01-02T03:04:05+00:00".into()));
-        assert_eq!(Kind::Emails.normalize("a@x.org,b@y.org"), Ok("a@x.org, b@y.org".into()));
-        assert!(Kind::Flag.normalize("2").is_err());
     }
 }

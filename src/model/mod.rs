@@ -4,10 +4,12 @@
 //! the store to rows, each explicitly.
 
 pub mod activity;
+pub mod value;
 
 use std::collections::BTreeMap;
 
-use crate::limits;
+use value::choose;
+pub use value::{Kind, check_text, looks_like_email};
 
 /// Field values of a record or activity, by field name. Only non-empty values are kept.
 pub type FieldValues = BTreeMap<String, String>;
@@ -100,34 +102,18 @@ impl RecordType {
     }
 }
 
-/// How a built-in field's value is checked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BuiltinKind {
-    Text,
-    /// An e-mail address: one `@`, no white space.
-    Email,
-    /// A phone number: free text; `byphone` compares its digits.
-    Phone,
-    /// A user or group id of the organisation.
-    Principal,
-    /// A calendar date, stored as YYYY-MM-DD.
-    Date,
-    /// One of a fixed set of values.
-    Select(&'static [&'static str]),
-}
-
 #[derive(Debug)]
 pub struct BuiltinField {
     pub name: &'static str,
     pub label: &'static str,
-    pub kind: BuiltinKind,
+    pub kind: Kind,
 }
 
-const fn f(name: &'static str, label: &'static str, kind: BuiltinKind) -> BuiltinField {
+const fn f(name: &'static str, label: &'static str, kind: Kind) -> BuiltinField {
     BuiltinField { name, label, kind }
 }
 
-use BuiltinKind::{Date, Email, Phone, Select, Text};
+use Kind::{Date, Email, Phone, Text};
 
 static CONTACT_FIELDS: &[BuiltinField] = &[
     f("firstname", "First name", Text),
@@ -143,7 +129,7 @@ static CONTACT_FIELDS: &[BuiltinField] = &[
     f("jobtitle", "Job title", Text),
     f("background", "Background", Text),
     f("website", "Website", Text),
-    f("assignedto", "Assigned to", BuiltinKind::Principal),
+    f("assignedto", "Assigned to", Kind::Principal),
 ];
 
 static COMPANY_FIELDS: &[BuiltinField] = &[
@@ -155,13 +141,13 @@ static COMPANY_FIELDS: &[BuiltinField] = &[
     f("fax", "Fax", Phone),
     f("website", "Website", Text),
     f("background", "Background", Text),
-    f("assignedto", "Assigned to", BuiltinKind::Principal),
+    f("assignedto", "Assigned to", Kind::Principal),
 ];
 
 static PROJECTBLOG_FIELDS: &[BuiltinField] = &[
     f("title", "Title", Text),
     f("description", "Description", Text),
-    f("assignedto", "Assigned to", BuiltinKind::Principal),
+    f("assignedto", "Assigned to", Kind::Principal),
 ];
 
 pub const TICKET_STATUSES: &[&str] = &["open", "pending", "resolved", "closed"];
@@ -170,12 +156,12 @@ pub const TICKET_PRIORITIES: &[&str] = &["low", "normal", "high", "urgent"];
 static TICKET_FIELDS: &[BuiltinField] = &[
     f("title", "Title", Text),
     f("description", "Description", Text),
-    f("status", "Status", Select(TICKET_STATUSES)),
-    f("priority", "Priority", Select(TICKET_PRIORITIES)),
+    f("status", "Status", Kind::Choice(TICKET_STATUSES)),
+    f("priority", "Priority", Kind::Choice(TICKET_PRIORITIES)),
     f("requesteremail", "Requester e-mail", Email),
     f("requesterphone", "Requester phone", Phone),
     f("duedate", "Due date", Date),
-    f("assignedto", "Assigned to", BuiltinKind::Principal),
+    f("assignedto", "Assigned to", Kind::Principal),
 ];
 
 /// Custom field ids; built-in fields have the ids below this range (their place in the type's
@@ -271,91 +257,36 @@ impl<'a> FieldDef<'a> {
 
     pub fn options(&self) -> Vec<String> {
         match self {
-            FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Select(o), .. }) => {
-                o.iter().map(|s| s.to_string()).collect()
-            }
+            FieldDef::Builtin(BuiltinField { kind: Kind::Choice(o), .. }) => o.iter().map(|s| s.to_string()).collect(),
             FieldDef::Builtin(_) => Vec::new(),
             FieldDef::Custom(c) => c.options.clone(),
         }
     }
 
     pub fn is_email(&self) -> bool {
-        matches!(self, FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Email, .. }))
+        matches!(self, FieldDef::Builtin(BuiltinField { kind: Kind::Email, .. }))
     }
 
     pub fn is_phone(&self) -> bool {
-        matches!(self, FieldDef::Builtin(BuiltinField { kind: BuiltinKind::Phone, .. }))
+        matches!(self, FieldDef::Builtin(BuiltinField { kind: Kind::Phone, .. }))
     }
 
     /// Checks and normalises a value; the empty string clears the field. Principal ids are
     /// checked for existence by the store, here only for form.
     pub fn normalize(&self, value: &str) -> Result<String, String> {
-        let value = value.trim();
-        check_text(value)?;
-        if value.is_empty() {
-            return Ok(String::new());
-        }
-        let select = |options: &mut dyn Iterator<Item = &str>| -> Result<String, String> {
-            let all: Vec<&str> = options.collect();
-            all.iter()
-                .find(|o| o.eq_ignore_ascii_case(value))
-                .map(|o| o.to_string())
-                .ok_or_else(|| format!("must be one of: {}", all.join(", ")))
-        };
         match self {
-            FieldDef::Builtin(b) => match b.kind {
-                BuiltinKind::Text | BuiltinKind::Phone => Ok(value.to_string()),
-                BuiltinKind::Email => {
-                    if looks_like_email(value) {
-                        Ok(value.to_string())
-                    } else {
-                        Err("must be an e-mail address".into())
-                    }
-                }
-                BuiltinKind::Principal => value
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|v| *v > 0)
-                    .map(|v| v.to_string())
-                    .ok_or_else(|| "must be a user or group id".to_string()),
-                BuiltinKind::Date => crate::timefmt::parse_date(value)
-                    .map(|d| d.to_string())
-                    .ok_or_else(|| "must be a date (YYYY-MM-DD)".to_string()),
-                BuiltinKind::Select(options) => select(&mut options.iter().copied()),
-            },
+            FieldDef::Builtin(b) => b.kind.normalize(value),
             FieldDef::Custom(c) => match c.kind {
-                CustomFieldKind::Text => Ok(value.to_string()),
-                CustomFieldKind::Select => select(&mut c.options.iter().map(String::as_str)),
-                CustomFieldKind::Date => crate::timefmt::parse_date(value)
-                    .map(|d| d.to_string())
-                    .ok_or_else(|| "must be a date (YYYY-MM-DD)".to_string()),
-                CustomFieldKind::Number => match value.parse::<f64>() {
-                    Ok(n) if n.is_finite() => Ok(value.to_string()),
-                    _ => Err("must be a number".to_string()),
-                },
+                CustomFieldKind::Text => Kind::Text.normalize(value),
+                CustomFieldKind::Select => {
+                    check_text(value)?;
+                    choose(c.options.iter().map(String::as_str), value)
+                }
+                CustomFieldKind::Date => Kind::Date.normalize(value),
+                CustomFieldKind::Number => Kind::Decimal.normalize(value),
             },
         }
     }
-}
-
-/// One `@` with something on both sides and no white space: the check every e-mail field gets.
-pub fn looks_like_email(value: &str) -> bool {
-    value.split('@').count() == 2
-        && !value.starts_with('@')
-        && !value.ends_with('@')
-        && !value.chars().any(char::is_whitespace)
-}
-
-/// Text accepted in any field or name: bounded, no control characters but tab and newlines
-/// (XML 1.0 cannot carry them).
-pub fn check_text(value: &str) -> Result<(), String> {
-    if value.len() > limits::FIELD_VALUE_BYTES_MAX {
-        return Err(format!("is longer than {} bytes", limits::FIELD_VALUE_BYTES_MAX));
-    }
-    if value.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
-        return Err("contains control characters".into());
-    }
-    Ok(())
 }
 
 /// Every field of a record type, built-in first, then the custom fields that apply.

@@ -5,7 +5,8 @@ use rusqlite::{OptionalExtension, Transaction};
 
 use super::principals::principal_kind;
 use super::{Result, Store, StoreError};
-use crate::model::activity::{ActivityType, Kind, ParentKind};
+use crate::model::Kind;
+use crate::model::activity::{ActivityType, ParentKind};
 use crate::model::{FieldValues, Viewer};
 use crate::timefmt::now_secs;
 

@@ -255,7 +255,7 @@ impl Store {
             )?;
             let id = tx.last_insert_rowid();
             tx.execute("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
-            add_categories(tx, viewer, new.record_type, id, &new.categories_add)?;
+            change_categories(tx, viewer, new.record_type, id, &new.categories_add, &[])?;
             add_related(tx, viewer, id, &new.related_add)?;
             Ok(id)
         })
@@ -293,8 +293,7 @@ impl Store {
                  WHERE id = ?1",
                 (id, &name, fields_json(&fields), ownership, flagged, now_secs(), viewer.user_id),
             )?;
-            add_categories(tx, viewer, record_type, id, &changes.categories_add)?;
-            remove_categories(tx, viewer, record_type, id, &changes.categories_remove)?;
+            change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
             add_related(tx, viewer, id, &changes.related_add)?;
             for related in &changes.related_remove {
                 tx.execute("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, related))?;
@@ -481,29 +480,22 @@ fn filter_sql(filter: &Filter, conditions: &mut Vec<String>, params: &mut Vec<(&
             push("CAST(json_extract(i.fields, '$.assignedto') AS INTEGER) IN (SELECT value FROM json_each(:assigned))");
         }
         Filter::NoCategory => push("NOT EXISTS (SELECT 1 FROM item_categories ic WHERE ic.item_id = i.id)"),
-        Filter::ViewedSince(t) => {
+        Filter::ViewedSince(t)
+        | Filter::NotViewedSince(t)
+        | Filter::CreatedSince(t)
+        | Filter::UpdatedSince(t)
+        | Filter::NotUpdatedSince(t)
+        | Filter::UpdatedAfter(t) => {
+            let sql = match filter {
+                Filter::ViewedSince(_) => "i.viewed >= :since",
+                Filter::NotViewedSince(_) => "(i.viewed IS NULL OR i.viewed < :since)",
+                Filter::CreatedSince(_) => "i.created >= :since",
+                Filter::UpdatedSince(_) => "i.updated >= :since",
+                Filter::NotUpdatedSince(_) => "i.updated < :since",
+                _ => "i.updated > :since",
+            };
             params.push((":since", Value::Integer(*t)));
-            push("i.viewed >= :since");
-        }
-        Filter::NotViewedSince(t) => {
-            params.push((":since", Value::Integer(*t)));
-            push("(i.viewed IS NULL OR i.viewed < :since)");
-        }
-        Filter::CreatedSince(t) => {
-            params.push((":since", Value::Integer(*t)));
-            push("i.created >= :since");
-        }
-        Filter::UpdatedSince(t) => {
-            params.push((":since", Value::Integer(*t)));
-            push("i.updated >= :since");
-        }
-        Filter::NotUpdatedSince(t) => {
-            params.push((":since", Value::Integer(*t)));
-            push("i.updated < :since");
-        }
-        Filter::UpdatedAfter(t) => {
-            params.push((":since", Value::Integer(*t)));
-            push("i.updated > :since");
+            push(sql);
         }
         Filter::DueBetween(from, to) => {
             params.push((":due_from", Value::Text(from.clone())));
@@ -660,32 +652,24 @@ fn category_exists(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordTyp
     })
 }
 
-fn add_categories(
+/// Adds and removes category tags of a record; every id must be a tag of the record's type.
+fn change_categories(
     tx: &Transaction<'_>,
     viewer: &Viewer,
     record_type: RecordType,
     item: i64,
-    ids: &[i64],
+    add: &[i64],
+    remove: &[i64],
 ) -> Result<()> {
-    for id in ids {
-        category_exists(tx, viewer, record_type, *id)?;
-        tx.prepare_cached("INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)")?
-            .execute((item, id))?;
-    }
-    Ok(())
-}
-
-fn remove_categories(
-    tx: &Transaction<'_>,
-    viewer: &Viewer,
-    record_type: RecordType,
-    item: i64,
-    ids: &[i64],
-) -> Result<()> {
-    for id in ids {
-        category_exists(tx, viewer, record_type, *id)?;
-        tx.prepare_cached("DELETE FROM item_categories WHERE item_id = ?1 AND category_id = ?2")?
-            .execute((item, id))?;
+    let changes = [
+        (add, "INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)"),
+        (remove, "DELETE FROM item_categories WHERE item_id = ?1 AND category_id = ?2"),
+    ];
+    for (ids, sql) in changes {
+        for id in ids {
+            category_exists(tx, viewer, record_type, *id)?;
+            tx.prepare_cached(sql)?.execute((item, id))?;
+        }
     }
     Ok(())
 }

@@ -270,3 +270,19 @@ fn https_serves_the_same_api() {
     let _silent = TcpStream::connect(https).unwrap();
     assert!(get("/contacts").starts_with("HTTP/1.1 200"));
 }
+
+#[test]
+fn acknowledged_writes_survive_kill_9() {
+    let s = Service::start("acknowledged_writes_survive_kill_9");
+    let c = s.admin_client();
+    let ids: Vec<i64> = (0..20).map(|i| c.create("contacts", &format!(r#"{{"firstname": "K{i}"}}"#))).collect();
+    c.put_json(&format!("/contacts/{}", ids[0]), r#"{"jobtitle": "Kept"}"#).assert_status(200);
+    let admin = s.admin.clone();
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    let _ = std::process::Command::new("kill").arg("-KILL").arg(s.pid().to_string()).status();
+    drop(s);
+    let s = Service::launch(dir, cfg, &[]);
+    let c = s.client(&admin);
+    assert_eq!(c.list_ids("/contacts?sortfield=created&limit=100"), ids);
+    assert_eq!(c.get_json(&format!("/contacts/{}", ids[0])).json()["item"]["fields"]["jobtitle"], "Kept");
+}
