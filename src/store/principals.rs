@@ -12,10 +12,11 @@ const GROUP: i64 = 2;
 
 /// What authentication needs to know of a user, looked up by e-mail.
 pub struct Credentials {
-    pub user_id: i64,
     pub token_sha256: Vec<u8>,
     /// Disabled or deleted: refused even with the right token.
     pub refused: bool,
+    /// Who the user acts as once the token matches.
+    pub viewer: Viewer,
 }
 
 /// A new user, as `sitegate user add` asks for it.
@@ -187,39 +188,35 @@ impl Store {
         })
     }
 
+    /// A user's credentials and the viewer they act as, in one read (the per-request lookup).
     pub fn credentials(&self, email: &str) -> Result<Option<Credentials>> {
         self.read(|tx| {
             let mut stmt = tx.prepare_cached(
-                "SELECT id, token_sha256, prevent_login OR deleted FROM principals
+                "SELECT id, token_sha256, prevent_login OR deleted, org, admin, prevent_private FROM principals
                  WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
             )?;
-            Ok(stmt
+            let row = stmt
                 .query_row([email], |r| {
-                    Ok(Credentials {
-                        user_id: r.get(0)?,
-                        token_sha256: r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
-                        refused: r.get(2)?,
-                    })
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                        r.get::<_, bool>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, bool>(4)?,
+                        r.get::<_, bool>(5)?,
+                    ))
                 })
-                .optional()?)
-        })
-    }
-
-    /// The viewer a user id acts as: organisation, administrator flag and group ids.
-    pub fn viewer(&self, user_id: i64) -> Result<Viewer> {
-        self.read(|tx| {
-            let mut stmt =
-                tx.prepare_cached("SELECT org, admin, prevent_private FROM principals WHERE id = ?1 AND kind = 1")?;
-            let (org, admin, prevent_private) = stmt
-                .query_row([user_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?
-                .ok_or(StoreError::NotFound)?;
+                .optional()?;
+            let Some((user_id, token_sha256, refused, org, admin, prevent_private)) = row else {
+                return Ok(None);
+            };
             let mut stmt = tx.prepare_cached(
                 "SELECT m.group_id FROM memberships m JOIN principals g ON g.id = m.group_id
                  WHERE m.user_id = ?1 AND g.deleted = 0 ORDER BY m.group_id",
             )?;
             let groups = stmt.query_map([user_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
-            Ok(Viewer { user_id, org, admin, prevent_private, groups })
+            let viewer = Viewer { user_id, org, admin, prevent_private, groups };
+            Ok(Some(Credentials { token_sha256, refused, viewer }))
         })
     }
 }

@@ -55,7 +55,8 @@ CREATE TABLE items (
     modificator INTEGER NOT NULL,
     archived    INTEGER                                        -- NULL active; else the id whose delete archived it
 );
-CREATE INDEX items_records ON items (org, typeid, name, id) WHERE parent IS NULL;
+-- Lists: live (archived IS NULL) or archived records of a type, in name order.
+CREATE INDEX items_records ON items (org, typeid, archived, name COLLATE NOCASE, id) WHERE parent IS NULL;
 CREATE INDEX items_parent ON items (parent, position) WHERE parent IS NOT NULL;
 CREATE INDEX items_record ON items (record_id) WHERE parent IS NOT NULL;
 CREATE INDEX items_due ON items (org, due) WHERE due IS NOT NULL;
