@@ -4,7 +4,7 @@
 use rusqlite::{OptionalExtension, Transaction};
 
 use super::principals::principal_kind;
-use super::{Result, Store, StoreError};
+use super::{Result, Store, StoreError, fields_json, merge_fields, parse_fields, search_text};
 use crate::model::Kind;
 use crate::model::activity::{ActivityType, ParentKind};
 use crate::model::{FieldValues, Viewer};
@@ -45,10 +45,6 @@ struct Node {
     is_record: bool,
     record_id: i64,
     level: i64,
-}
-
-fn fields_json(fields: &FieldValues) -> String {
-    serde_json::to_string(fields).unwrap_or_else(|_| "{}".into())
 }
 
 /// A live item of the viewer's organisation whose root record is live and visible.
@@ -148,10 +144,11 @@ impl Store {
             check_principals(tx, viewer, new.kind, &new.fields)?;
             let position = position_for(tx, parent.id, new.place, None)?;
             let now = now_secs();
+            let title = new.kind.title(&new.fields);
             tx.prepare_cached(
-                "INSERT INTO items (org, typeid, record_id, parent, ownership, name, fields, position, level, due,
-                                    completed, created, updated, creator, modificator)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?13)",
+                "INSERT INTO items (org, typeid, record_id, parent, ownership, name, fields, search, position, level,
+                                    due, completed, created, updated, creator, modificator)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?14)",
             )?
             .execute((
                 &viewer.org,
@@ -159,8 +156,9 @@ impl Store {
                 parent.record_id,
                 parent.id,
                 viewer.user_id,
-                new.kind.title(&new.fields),
+                &title,
                 fields_json(&new.fields),
+                search_text(&title, &new.fields),
                 position,
                 parent.level + 1,
                 new.kind.due(&new.fields),
@@ -188,14 +186,8 @@ impl Store {
             let (current_parent, fields_text): (i64, String) = tx
                 .prepare_cached("SELECT parent, fields FROM items WHERE id = ?1")?
                 .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            let mut fields: FieldValues = serde_json::from_str(&fields_text).unwrap_or_default();
-            for (k, v) in &changes.fields {
-                if v.is_empty() {
-                    fields.remove(k);
-                } else {
-                    fields.insert(k.clone(), v.clone());
-                }
-            }
+            let mut fields = parse_fields(&fields_text);
+            merge_fields(&mut fields, &changes.fields);
             check_principals(tx, viewer, kind, &changes.fields)?;
 
             let mut parent_id = current_parent;
@@ -229,13 +221,16 @@ impl Store {
                 tx.execute("UPDATE items SET position = ?2 WHERE id = ?1", (id, position))?;
             }
 
+            let title = kind.title(&fields);
             tx.execute(
-                "UPDATE items SET name = ?2, fields = ?3, due = ?4, completed = ?5, updated = ?6, modificator = ?7
+                "UPDATE items SET name = ?2, fields = ?3, search = ?4, due = ?5, completed = ?6, updated = ?7,
+                                  modificator = ?8
                  WHERE id = ?1",
                 (
                     id,
-                    kind.title(&fields),
+                    &title,
                     fields_json(&fields),
+                    search_text(&title, &fields),
                     kind.due(&fields),
                     ActivityType::completed(&fields),
                     now_secs(),

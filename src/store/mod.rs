@@ -23,6 +23,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::limits;
+use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
 pub use principals::NewUser;
@@ -226,7 +227,9 @@ fn configure(conn: &Connection, writer: bool) -> Result<()> {
     Ok(())
 }
 
-/// SQL functions the queries use: `sg_digits(text)` keeps only the ASCII digits.
+/// SQL functions the queries use: `sg_digits(text)` keeps only the ASCII digits;
+/// `sg_lower(text)` lower-cases all of Unicode (SQLite's `lower` does ASCII only), as the
+/// `search` column is.
 fn register_functions(conn: &Connection) -> Result<()> {
     use rusqlite::functions::FunctionFlags;
     conn.create_scalar_function(
@@ -236,6 +239,15 @@ fn register_functions(conn: &Connection) -> Result<()> {
         |ctx| {
             let text: Option<String> = ctx.get(0)?;
             Ok(text.map(|t| t.chars().filter(char::is_ascii_digit).collect::<String>()))
+        },
+    )?;
+    conn.create_scalar_function(
+        "sg_lower",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let text: Option<String> = ctx.get(0)?;
+            Ok(text.map(|t| t.to_lowercase()))
         },
     )?;
     Ok(())
@@ -272,6 +284,43 @@ fn restrict_permissions(path: &Path) {
 
 #[cfg(not(unix))]
 fn restrict_permissions(_path: &Path) {}
+
+/// Field values as stored: a JSON object of text.
+fn fields_json(fields: &FieldValues) -> String {
+    serde_json::to_string(fields).unwrap_or_else(|_| "{}".into())
+}
+
+fn parse_fields(text: &str) -> FieldValues {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+/// Applies changed fields to current ones: an empty value removes the field.
+fn merge_fields(current: &mut FieldValues, changes: &FieldValues) {
+    for (k, v) in changes {
+        if v.is_empty() {
+            current.remove(k);
+        } else {
+            current.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// Separates the values in the `search` column, so that "starts with" is "contains 0x1F + text".
+const SEARCH_SEPARATOR: char = '\u{1f}';
+
+/// The `search` column: the name and every value, lower-cased, each after a separator.
+/// Values never hold control characters (`model::check_text`), so the separator is unambiguous.
+fn search_text(name: &str, fields: &FieldValues) -> String {
+    let mut out = String::with_capacity(name.len() + fields.values().map(|v| v.len() + 1).sum::<usize>() + 2);
+    for value in std::iter::once(name).chain(fields.values().map(String::as_str)) {
+        if !value.is_empty() {
+            out.push(SEARCH_SEPARATOR);
+            out.push_str(&value.to_lowercase());
+        }
+    }
+    out.push(SEARCH_SEPARATOR);
+    out
+}
 
 /// A JSON array of integers, for `IN (SELECT value FROM json_each(?))`.
 fn json_ids(ids: &[i64]) -> String {

@@ -7,7 +7,9 @@ use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, ToSql, Transaction};
 
 use super::principals::{owner_ids_json, principal_kind};
-use super::{Result, Store, StoreError, json_ids};
+use super::{
+    Result, SEARCH_SEPARATOR, Store, StoreError, fields_json, json_ids, merge_fields, parse_fields, search_text,
+};
 use crate::model::{FieldValues, PrincipalKind, RecordType, Viewer};
 use crate::timefmt::now_secs;
 
@@ -191,14 +193,6 @@ const RECORD_COLUMNS: &str = "i.id, i.typeid, i.name, i.fields, i.ownership, i.f
 const AUDIT_JOINS: &str =
     "LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator";
 
-fn parse_fields(text: &str) -> FieldValues {
-    serde_json::from_str(text).unwrap_or_default()
-}
-
-fn fields_json(fields: &FieldValues) -> String {
-    serde_json::to_string(fields).unwrap_or_else(|_| "{}".into())
-}
-
 fn record_from_row(row: &Row<'_>) -> rusqlite::Result<RecordRow> {
     let typeid: i64 = row.get(1)?;
     Ok(RecordRow {
@@ -231,7 +225,7 @@ impl Store {
                 None if viewer.prevent_private => {
                     return Err(StoreError::Forbidden(
                         "this user may not own private records: give a group id as ownership".into(),
-                    ))
+                    ));
                 }
                 None => viewer.user_id,
             };
@@ -240,14 +234,16 @@ impl Store {
             let now = now_secs();
             let name = new.record_type.display_name(&new.fields);
             tx.execute(
-                "INSERT INTO items (org, typeid, ownership, name, fields, flagged, created, updated, creator, modificator)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?8)",
+                "INSERT INTO items (org, typeid, ownership, name, fields, search, flagged, created, updated, creator,
+                                    modificator)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?9)",
                 (
                     &viewer.org,
                     new.record_type.typeid(),
                     ownership,
                     &name,
                     fields_json(&new.fields),
+                    search_text(&name, &new.fields),
                     new.flagged,
                     now,
                     viewer.user_id,
@@ -271,13 +267,7 @@ impl Store {
         self.write(|tx| {
             let current = load_record(tx, viewer, record_type, id)?;
             let mut fields = current.fields.clone();
-            for (k, v) in &changes.fields {
-                if v.is_empty() {
-                    fields.remove(k);
-                } else {
-                    fields.insert(k.clone(), v.clone());
-                }
-            }
+            merge_fields(&mut fields, &changes.fields);
             check_principal_fields(tx, viewer, &changes.fields)?;
             let ownership = match changes.ownership {
                 Some(o) if o != current.ownership => {
@@ -289,9 +279,19 @@ impl Store {
             let flagged = changes.flagged.unwrap_or(current.flagged);
             let name = record_type.display_name(&fields);
             tx.execute(
-                "UPDATE items SET name = ?2, fields = ?3, ownership = ?4, flagged = ?5, updated = ?6, modificator = ?7
+                "UPDATE items SET name = ?2, fields = ?3, search = ?4, ownership = ?5, flagged = ?6, updated = ?7,
+                                  modificator = ?8
                  WHERE id = ?1",
-                (id, &name, fields_json(&fields), ownership, flagged, now_secs(), viewer.user_id),
+                (
+                    id,
+                    &name,
+                    fields_json(&fields),
+                    search_text(&name, &fields),
+                    ownership,
+                    flagged,
+                    now_secs(),
+                    viewer.user_id,
+                ),
             )?;
             change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
             add_related(tx, viewer, id, &changes.related_add)?;
@@ -527,53 +527,60 @@ fn filter_sql(filter: &Filter, conditions: &mut Vec<String>, params: &mut Vec<(&
             }
         }
         Filter::Unsent { email_fields } => {
-            params.push((":email_fields", Value::Text(serde_json::to_string(email_fields).unwrap_or_default())));
+            let has_address = any_field(email_fields, |f| format!("coalesce({f}, '') <> ''"));
             push(&format!(
-                "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:email_fields)) AND f.value <> '') \
-                 AND NOT EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
+                "{has_address} AND NOT EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
                  AND a.archived IS NULL AND a.typeid IN {EMAIL_ACTIVITY_TYPEIDS})"
             ));
         }
         Filter::ByPhone { digits, fields } => {
-            params.push((":phone_fields", Value::Text(serde_json::to_string(fields).unwrap_or_default())));
             params.push((":digits", Value::Text(digits.clone())));
-            push(
-                "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:phone_fields)) \
-                 AND sg_digits(f.value) LIKE '%' || :digits)",
-            );
+            push(&any_field(fields, |f| format!("sg_digits({f}) LIKE '%' || :digits")));
         }
         Filter::ByEmail { address, fields } => {
-            params.push((":email_fields", Value::Text(serde_json::to_string(fields).unwrap_or_default())));
             params.push((":address", Value::Text(address.clone())));
-            push(
-                "EXISTS (SELECT 1 FROM json_each(i.fields) f WHERE f.key IN (SELECT value FROM json_each(:email_fields)) \
-                 AND f.value = :address COLLATE NOCASE)",
-            );
+            push(&any_field(fields, |f| format!("{f} = :address COLLATE NOCASE")));
         }
     }
 }
 
+/// `(cond(field1) OR cond(field2) ...)` over the record's fields, each given to `cond` as a
+/// `json_extract` expression; false when there are no such fields. Field names come from the
+/// model (letters and digits), never from the request.
+fn any_field(fields: &[String], cond: impl Fn(&str) -> String) -> String {
+    let parts: Vec<String> = fields
+        .iter()
+        .filter(|f| f.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .map(|f| cond(&format!("json_extract(i.fields, '$.{f}')")))
+        .collect();
+    if parts.is_empty() { "0".to_string() } else { format!("({})", parts.join(" OR ")) }
+}
+
+/// Searches match lower-cased text: the `search` column holds the name and values lower-cased,
+/// each after a separator, so "starts with" is "contains separator + text".
 fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&'static str, Value)>) {
-    let pattern = |mode: SearchMode, value: &str| match mode {
-        SearchMode::StartsWith => format!("{}%", like_escape(value)),
-        _ => format!("%{}%", like_escape(value)),
+    let pattern = |mode: SearchMode, value: &str, separated: bool| {
+        let text = like_escape(&value.to_lowercase());
+        match (mode, separated) {
+            (SearchMode::StartsWith, true) => format!("%{SEARCH_SEPARATOR}{text}%"),
+            (SearchMode::StartsWith, false) => format!("{text}%"),
+            _ => format!("%{text}%"),
+        }
     };
-    let item_match = "(i.name LIKE :pattern ESCAPE '\\' OR EXISTS (SELECT 1 FROM json_each(i.fields) f \
-                      WHERE f.value LIKE :pattern ESCAPE '\\'))";
+    let item_match = "i.search LIKE :pattern ESCAPE '\\'";
     let journal_match = "EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
-                         AND a.archived IS NULL AND (a.name LIKE :pattern ESCAPE '\\' OR EXISTS \
-                         (SELECT 1 FROM json_each(a.fields) f WHERE f.value LIKE :pattern ESCAPE '\\')))";
+                         AND a.archived IS NULL AND a.search LIKE :pattern ESCAPE '\\')";
     match search {
         Search::Any { mode, value } => {
-            params.push((":pattern", Value::Text(pattern(*mode, value))));
+            params.push((":pattern", Value::Text(pattern(*mode, value, true))));
             conditions.push(format!("({item_match} OR {journal_match})"));
         }
         Search::AnyItem { mode, value } => {
-            params.push((":pattern", Value::Text(pattern(*mode, value))));
+            params.push((":pattern", Value::Text(pattern(*mode, value, true))));
             conditions.push(item_match.to_string());
         }
         Search::AnyJournal { mode, value } => {
-            params.push((":pattern", Value::Text(pattern(*mode, value))));
+            params.push((":pattern", Value::Text(pattern(*mode, value, true))));
             conditions.push(journal_match.to_string());
         }
         Search::Field { name, mode, value } => {
@@ -583,8 +590,8 @@ fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&
                 SearchMode::Empty => conditions.push(format!("{expr} = ''")),
                 SearchMode::NotEmpty => conditions.push(format!("{expr} <> ''")),
                 SearchMode::StartsWith | SearchMode::Contains => {
-                    params.push((":pattern", Value::Text(pattern(*mode, value))));
-                    conditions.push(format!("{expr} LIKE :pattern ESCAPE '\\'"));
+                    params.push((":pattern", Value::Text(pattern(*mode, value, false))));
+                    conditions.push(format!("sg_lower({expr}) LIKE :pattern ESCAPE '\\'"));
                 }
             }
         }

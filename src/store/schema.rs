@@ -43,6 +43,7 @@ CREATE TABLE items (
     ownership   INTEGER NOT NULL,
     name        TEXT NOT NULL DEFAULT '',
     fields      TEXT NOT NULL DEFAULT '{}',                    -- JSON object: field name -> text
+    search      TEXT NOT NULL DEFAULT '',                      -- lower-cased name and values, each after a 0x1F
     flagged     INTEGER NOT NULL DEFAULT 0,
     position    INTEGER NOT NULL DEFAULT 0,
     level       INTEGER NOT NULL DEFAULT 0,

@@ -341,3 +341,17 @@ fn time_filters_viewed_created_updated() {
     check_refused(&c, "filtermode=updatedafter&filtervalue=yesterday", "invalidparameter");
     check_refused(&c, "filtermode=viewed&filtervalue=-3", "invalidparameter");
 }
+
+#[test]
+fn search_ignores_case_beyond_ascii() {
+    let s = Service::start("search_ignores_case_beyond_ascii");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Zoë", "lastname": "Ünal", "jobtitle": "Ärztin"}"#);
+    c.create("contacts", r#"{"firstname": "Zoe", "lastname": "Unal"}"#);
+    c.create_activity("note", &format!(r#"{{"parent": {id}, "data": {{"details": "ÉTAGE 3"}}}}"#));
+    check(&c, &format!("searchmode=Sany&searchvalue={}", q("ünal")), &["Zoë Ünal"]);
+    check(&c, &format!("searchmode=Cany&searchvalue={}", q("ZOË")), &["Zoë Ünal"]);
+    check(&c, &format!("searchmode=Sanyjournal&searchvalue={}", q("étage")), &["Zoë Ünal"]);
+    check(&c, &format!("searchmode=Cjobtitle&searchvalue={}", q("ärzt")), &["Zoë Ünal"]);
+    check(&c, &format!("searchmode=Slastname&searchvalue={}", q("u")), &["Zoe Unal"]);
+}
