@@ -22,6 +22,32 @@ pub enum Command {
     User(User),
     Group(Group),
     CheckConfig(CheckConfig),
+    Backup(Backup),
+    Restore(Restore),
+}
+
+#[derive(FromArgs, Debug)]
+/// Copy the database to FILE, consistently, also while the service runs.
+#[argh(subcommand, name = "backup")]
+pub struct Backup {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// where to write the copy
+    #[argh(option)]
+    pub out: PathBuf,
+}
+
+#[derive(FromArgs, Debug)]
+/// Replace the database with a backup (stop the service first; the current database is kept).
+#[argh(subcommand, name = "restore")]
+pub struct Restore {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the backup to restore
+    #[argh(option)]
+    pub from: PathBuf,
 }
 
 #[derive(FromArgs, Debug)]

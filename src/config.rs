@@ -62,6 +62,7 @@ pub struct RawHttp {
     pub tls_listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
+    pub metrics_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -134,6 +135,8 @@ pub struct HttpConfig {
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
     pub tls: Option<TlsConfig>,
+    /// When set, `/metrics` answers only `Authorization: Bearer <token>`.
+    pub metrics_token: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -317,6 +320,13 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         }
     };
 
+    let metrics_token = match &h.metrics_token {
+        Some(t) if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            return Err(ConfigError::new("http.metrics_token", "must be at least 16 characters without spaces"));
+        }
+        other => other.clone(),
+    };
+
     // [store]
     let store_path = raw.store.path.as_deref().unwrap_or(DEFAULT_STORE_PATH);
     if store_path.trim().is_empty() {
@@ -411,6 +421,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             header_read_timeout_ms,
             body_read_timeout_ms,
             tls,
+            metrics_token,
         },
         store: StoreConfig { path: relative(store_path) },
         api: ApiConfig { quota_calls_per_hour },
@@ -458,6 +469,7 @@ impl Config {
                 tls_listen: self.http.tls.as_ref().map(|t| t.listen.to_string()),
                 tls_cert: self.http.tls.as_ref().map(|t| path(&t.cert)),
                 tls_key: self.http.tls.as_ref().map(|t| path(&t.key)),
+                metrics_token: self.http.metrics_token.as_ref().map(|_| "(set)".to_string()),
             },
             store: RawStore { path: Some(path(&self.store.path)) },
             api: RawApi { quota_calls_per_hour: Some(self.api.quota_calls_per_hour) },

@@ -43,6 +43,13 @@ const _: () = assert!(HTTP_HEAD_BYTES_MAX >= 8192);
 /// How long shutdown waits for requests in flight before closing their connections.
 pub const HTTP_SHUTDOWN_GRACE_MS: u64 = 10_000;
 
+// --- Runtime -------------------------------------------------------------------------------
+
+/// Async runtime threads (connections, TLS, timers).
+pub const RUNTIME_WORKER_THREADS: usize = 2;
+/// Threads for blocking work on the runtime (the watchdog's database probe).
+pub const RUNTIME_BLOCKING_THREADS_MAX: usize = 8;
+
 // --- Request input -------------------------------------------------------------------------
 
 /// Nesting depth of an XML, JSON or form body.

@@ -11,10 +11,12 @@ mod cli;
 mod config;
 mod http;
 mod limits;
+mod metrics;
 mod model;
 mod quota;
 mod service;
 mod store;
+mod systemd;
 mod timefmt;
 
 use std::process::ExitCode;
@@ -81,10 +83,23 @@ fn main() -> ExitCode {
 fn init_logging(level: log::LevelFilter) {
     let mut builder = env_logger::Builder::new();
     builder.filter_level(level);
-    // Under systemd the journal adds time stamps; a plain `level target: message` is enough.
-    builder.format(|buf, record| {
+    // Under systemd the journal stamps each line and reads its priority from a `<N>` prefix
+    // (sd-daemon(3)); on a terminal, lines carry their UTC time and level.
+    let journal = systemd::logging_to_journal();
+    builder.format(move |buf, record| {
         use std::io::Write;
-        writeln!(buf, "{} {}: {}", record.level(), record.target(), record.args())
+        if journal {
+            let priority = match record.level() {
+                log::Level::Error => 3,
+                log::Level::Warn => 4,
+                log::Level::Info => 6,
+                log::Level::Debug | log::Level::Trace => 7,
+            };
+            writeln!(buf, "<{priority}>{}: {}", record.target(), record.args())
+        } else {
+            let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.3fZ");
+            writeln!(buf, "{now} {} {}: {}", record.level(), record.target(), record.args())
+        }
     });
     builder.parse_env("SITEGATE_LOG");
     let _ = builder.try_init();
@@ -149,6 +164,30 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::CheckConfig(c) => {
             let config = load(c.config.as_deref())?;
             print!("{}", config.to_toml());
+            Ok(())
+        }
+        Command::Backup(b) => {
+            let config = load(b.config.as_deref())?;
+            init_logging(log::LevelFilter::Warn);
+            let copied = store::backup(&config.store.path, &b.out)?;
+            println!("backed up {} ({} bytes, schema {})", copied.path.display(), copied.bytes, copied.schema_version);
+            Ok(())
+        }
+        Command::Restore(r) => {
+            let config = load(r.config.as_deref())?;
+            init_logging(log::LevelFilter::Warn);
+            let _lock = service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
+                service::ServeError::AlreadyRunning(_) => {
+                    Failure::Usage("the service is running on this database: stop it before restoring".into())
+                }
+                other => Failure::Serve(other),
+            })?;
+            let kept = service::kept_path(&config.store.path, "before-restore");
+            let copied = store::restore(&config.store.path, &r.from, &kept)?;
+            if kept.exists() {
+                println!("kept the previous database as {}", kept.display());
+            }
+            println!("restored {} ({} bytes, schema {})", copied.path.display(), copied.bytes, copied.schema_version);
             Ok(())
         }
         Command::User(u) => run_user(u.command),

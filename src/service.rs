@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -12,13 +13,17 @@ use crate::auth;
 use crate::config::Config;
 use crate::http::{self, pool::Pool};
 use crate::limits;
+use crate::metrics::Metrics;
 use crate::store::{NewUser, Store};
+use crate::systemd;
 
 /// Why the service could not start or stopped badly.
 #[derive(Debug)]
 pub enum ServeError {
     Store(crate::store::StoreError),
     Io(String),
+    /// Another `sitegate serve` holds the database's lock file (its path).
+    AlreadyRunning(PathBuf),
 }
 
 impl std::fmt::Display for ServeError {
@@ -26,6 +31,9 @@ impl std::fmt::Display for ServeError {
         match self {
             ServeError::Store(e) => write!(f, "{e}"),
             ServeError::Io(m) => write!(f, "{m}"),
+            ServeError::AlreadyRunning(p) => {
+                write!(f, "another sitegate serves this database (lock {} is held)", p.display())
+            }
         }
     }
 }
@@ -38,6 +46,44 @@ impl From<crate::store::StoreError> for ServeError {
 
 pub const FIRST_ADMIN_EMAIL: &str = "admin@sitegate.local";
 
+/// An exclusive lock on `<database>.lock`, held while the service runs: a second `serve` on the
+/// same database, or a `restore` under a running service, is refused. The kernel releases it
+/// when the process ends, however it ends.
+pub struct InstanceLock {
+    _file: std::fs::File,
+}
+
+impl InstanceLock {
+    pub fn acquire(db: &Path) -> Result<InstanceLock, ServeError> {
+        let mut name = db.as_os_str().to_owned();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| ServeError::Io(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| ServeError::Io(format!("cannot open {}: {e}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => Ok(InstanceLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(ServeError::AlreadyRunning(path)),
+            Err(std::fs::TryLockError::Error(e)) => Err(ServeError::Io(format!("cannot lock {}: {e}", path.display()))),
+        }
+    }
+}
+
+/// `<database>.<what>-<UTC time>`: where a replaced database is kept.
+pub fn kept_path(db: &Path, what: &str) -> PathBuf {
+    let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
+    let mut name = db.as_os_str().to_owned();
+    name.push(format!(".{what}-{stamp}"));
+    PathBuf::from(name)
+}
+
 /// Opens the store and makes its organisations match the configuration.
 pub fn open_store(config: &Config) -> Result<Arc<Store>, crate::store::StoreError> {
     let store = Store::open(&config.store.path)?;
@@ -47,16 +93,22 @@ pub fn open_store(config: &Config) -> Result<Arc<Store>, crate::store::StoreErro
 
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let _lock = InstanceLock::acquire(&config.store.path)?;
+    let notifier = Arc::new(systemd::Notifier::from_env());
     let store = open_store(&config)?;
     bootstrap_admin(&config, &store)?;
-    let app = Arc::new(App::new(config.clone(), Arc::clone(&store))?);
+    let metrics = Arc::new(Metrics::new());
+    let app = Arc::new(App::new(config.clone(), Arc::clone(&store), Arc::clone(&metrics))?);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(limits::RUNTIME_WORKER_THREADS)
+        .max_blocking_threads(limits::RUNTIME_BLOCKING_THREADS_MAX)
         .thread_name("sitegate-rt")
         .enable_all()
         .build()
         .map_err(|e| ServeError::Io(format!("cannot start the runtime: {e}")))?;
+    // Signal handlers first: a SIGTERM from now on stops the service in order.
+    let mut signals = runtime.block_on(async { Signals::new() }).map_err(|e| ServeError::Io(e.to_string()))?;
 
     let bind = |addr: SocketAddr| -> Result<std::net::TcpListener, ServeError> {
         let l =
@@ -75,39 +127,37 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         }
         None => None,
     };
-
     let tls_addr = tls_listener.as_ref().map(|(_, addr, _)| *addr);
+
     let pool = Arc::new(
         Pool::start(Arc::clone(&app), config.http.workers, config.http.queue_depth_max)
             .map_err(|e| ServeError::Io(format!("cannot start workers: {e}")))?,
     );
-    let shared = Arc::new(http::Shared::new(&config.http, Arc::clone(&pool), app.quota.allowed()));
+    let shared =
+        Arc::new(http::Shared::new(&config.http, Arc::clone(&pool), Arc::clone(&metrics), app.quota.allowed()));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-
     let mut servers = Vec::new();
     {
         let _guard = runtime.enter();
-        let listener = tokio::net::TcpListener::from_std(http_listener).map_err(|e| ServeError::Io(e.to_string()))?;
-        servers.push(runtime.spawn(http::serve(
-            listener,
-            None,
-            Arc::clone(&shared),
-            config.http.connections_max,
-            shutdown_rx.clone(),
-        )));
-        if let Some((l, _, server_config)) = tls_listener {
-            let listener = tokio::net::TcpListener::from_std(l).map_err(|e| ServeError::Io(e.to_string()))?;
+        let listeners = std::iter::once((http_listener, None))
+            .chain(tls_listener.map(|(l, _, server_config)| (l, Some(server_config))));
+        for (listener, tls) in listeners {
+            let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| ServeError::Io(e.to_string()))?;
             servers.push(runtime.spawn(http::serve(
                 listener,
-                Some(server_config),
+                tls,
                 Arc::clone(&shared),
                 config.http.connections_max,
                 shutdown_rx.clone(),
             )));
         }
     }
+    drop(shared);
 
     let flusher = Flusher::start(Arc::clone(&app))?;
+    if let Some(every) = systemd::watchdog_interval() {
+        runtime.spawn(watchdog(every, Arc::clone(&store), Arc::clone(&notifier)));
+    }
 
     let mut ready = format!("ready http={http_addr}");
     if let Some(addr) = tls_addr {
@@ -118,46 +168,67 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         let _ = writeln!(out, "{ready}");
         let _ = out.flush();
     }
+    notifier.notify(&format!("READY=1\nSTATUS={ready}"));
     log::info!("sitegate {} serving ({ready}), database {}", env!("CARGO_PKG_VERSION"), store.path().display());
 
-    runtime.block_on(wait_for_signal());
+    runtime.block_on(signals.recv());
     log::info!("shutting down");
+    notifier.notify("STOPPING=1\nSTATUS=shutting down");
+    // 1. Stop accepting; let each connection finish its request in flight (bounded grace).
     let _ = shutdown_tx.send(true);
     runtime.block_on(async {
         for s in servers {
             let _ = s.await;
         }
     });
-    drop(shared);
-    match Arc::try_unwrap(pool) {
-        Ok(pool) => pool.shutdown(),
-        Err(_) => log::warn!("worker pool still referenced at shutdown"),
-    }
+    // 2. Workers finish what is queued, then stop.
+    pool.shutdown();
+    // 3. Buffered state (viewed stamps, quota counters) is written.
     flusher.stop();
-    runtime.shutdown_timeout(Duration::from_millis(limits::HTTP_SHUTDOWN_GRACE_MS));
+    // 4. The write-ahead log goes into the database file.
+    if let Err(e) = store.checkpoint() {
+        log::warn!("checkpoint at shutdown failed: {e}");
+    }
+    runtime.shutdown_timeout(Duration::from_secs(1));
     log::info!("stopped");
     Ok(())
 }
 
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
+/// SIGTERM and SIGINT, registered once at start.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = int.recv() => {},
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Pings systemd's watchdog while the runtime runs and the database answers a read in time.
+async fn watchdog(every: Duration, store: Arc<Store>, notifier: Arc<systemd::Notifier>) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let probe = tokio::task::spawn_blocking({
+            let store = Arc::clone(&store);
+            move || store.ping()
+        });
+        match tokio::time::timeout(every, probe).await {
+            Ok(Ok(Ok(()))) => notifier.notify("WATCHDOG=1"),
+            Ok(Ok(Err(e))) => log::warn!("watchdog: the database does not answer: {e}"),
+            Ok(Err(e)) => log::warn!("watchdog: the probe failed: {e}"),
+            Err(_) => log::warn!("watchdog: the database did not answer within {every:?}"),
+        }
     }
 }
 

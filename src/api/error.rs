@@ -22,6 +22,7 @@
 //! | quotaexceeded | 429 | the user's hourly call quota is used up |
 //! | internalerror | 500 | a fault of the service; the message carries a reference to the log |
 //! | serverbusy | 503 | the service is overloaded or the database is locked; retry |
+//! | unavailable | 503 | the service cannot use its database (`/health`) |
 
 use std::borrow::Cow;
 
@@ -106,6 +107,10 @@ impl ApiError {
         let mut e = ApiError::new(503, "serverbusy", "The service is busy; retry shortly");
         e.headers.push(("Retry-After", "1".into()));
         e
+    }
+
+    pub fn unavailable(cause: &str) -> ApiError {
+        ApiError::new(503, "unavailable", format!("The database is not usable: {cause}"))
     }
 
     /// A fault of the service. The cause goes to the log under a reference the client sees.

@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::auth::{self, AuthError};
 use crate::config::Config;
 use crate::limits;
+use crate::metrics::Metrics;
 use crate::model::activity::ActivityType;
 use crate::model::{RecordType, Viewer};
 use crate::quota::Quota;
@@ -37,6 +38,7 @@ pub struct App {
     pub quota: Quota,
     /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics (for tests).
     pub fault_injection: bool,
+    pub metrics: Arc<Metrics>,
 }
 
 /// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
@@ -132,13 +134,13 @@ impl Ctx<'_> {
 }
 
 impl App {
-    pub fn new(config: Config, store: Arc<Store>) -> Result<App, crate::store::StoreError> {
+    pub fn new(config: Config, store: Arc<Store>, metrics: Arc<Metrics>) -> Result<App, crate::store::StoreError> {
         let now = now_secs();
         let hour = crate::quota::hour_of(now);
         let saved = store.load_quota(hour)?;
         let quota = Quota::new(config.api.quota_calls_per_hour, hour, saved);
         let fault_injection = std::env::var("SITEGATE_FAULT_INJECTION").is_ok_and(|v| v == "1");
-        Ok(App { config, store, quota, fault_injection })
+        Ok(App { config, store, quota, fault_injection, metrics })
     }
 
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
@@ -148,6 +150,13 @@ impl App {
         let empty = Value::Object(Default::default());
         let format = Format::negotiate(&req.headers, query.as_ref().unwrap_or(&empty));
         let allowed = self.quota.allowed();
+
+        // Unauthenticated paths for monitoring.
+        match segments(&req.path).as_slice() {
+            ["health"] => return self.health(&req.method, &format),
+            ["metrics"] => return self.metrics(req),
+            _ => {}
+        }
 
         let auth_header = req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let viewer = match auth::authenticate(&self.store, auth_header) {
@@ -181,6 +190,61 @@ impl App {
         match result {
             Ok(reply) => render_reply(&format, reply, quota_value),
             Err(err) => render_error(&format, err, quota_value),
+        }
+    }
+}
+
+impl App {
+    /// `GET /health`: no authentication; 200 while the database answers, else 503.
+    fn health(&self, method: &Method, format: &Format) -> Response {
+        let quota = format!("0/{}", self.quota.allowed());
+        if *method != Method::GET {
+            return render_error(format, ApiError::method_not_allowed(&["GET"]), quota);
+        }
+        let uptime = i64::try_from(self.metrics.uptime_secs()).unwrap_or(i64::MAX);
+        match self.store.ping() {
+            Ok(()) => {
+                let doc = Out::map()
+                    .with("health", Out::text("ok"))
+                    .with("version", Out::text(env!("CARGO_PKG_VERSION")))
+                    .with("uptime_s", Out::Int(uptime));
+                render_reply(format, Reply::ok(doc), quota)
+            }
+            Err(e) => render_error(format, ApiError::unavailable(&e.to_string()), quota),
+        }
+    }
+
+    /// `GET /metrics`: the Prometheus text exposition; with `[http] metrics_token` set, only
+    /// for `Authorization: Bearer <token>`.
+    fn metrics(&self, req: &Request) -> Response {
+        let quota = format!("0/{}", self.quota.allowed());
+        if let Some(expected) = &self.config.http.metrics_token {
+            let presented = req
+                .headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            let ok: bool = subtle::ConstantTimeEq::ct_eq(
+                auth::token_hash(presented).as_slice(),
+                auth::token_hash(expected).as_slice(),
+            )
+            .into();
+            if !ok {
+                let mut resp = render_error(&Format::Xml, ApiError::unauthorized(), quota);
+                resp.headers.push(("WWW-Authenticate", format!("Bearer realm=\"{REALM}\"")));
+                return resp;
+            }
+        }
+        if req.method != Method::GET {
+            return render_error(&Format::Xml, ApiError::method_not_allowed(&["GET"]), quota);
+        }
+        self.metrics.database_bytes.set(i64::try_from(self.store.size_bytes()).unwrap_or(i64::MAX));
+        self.metrics.viewed_dropped.set(i64::try_from(self.store.viewed_dropped()).unwrap_or(i64::MAX));
+        Response {
+            status: 200,
+            headers: vec![("Content-Type", crate::metrics::CONTENT_TYPE.to_string()), (QUOTA_HEADER, quota)],
+            body: self.metrics.render().into_bytes(),
         }
     }
 }

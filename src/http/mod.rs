@@ -34,6 +34,7 @@ use pool::{Pool, Refused};
 /// What every connection of a listener shares.
 pub struct Shared {
     pub pool: Arc<Pool>,
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub body_bytes_max: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
@@ -41,9 +42,15 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: &HttpConfig, pool: Arc<Pool>, quota_allowed: u32) -> Shared {
+    pub fn new(
+        config: &HttpConfig,
+        pool: Arc<Pool>,
+        metrics: Arc<crate::metrics::Metrics>,
+        quota_allowed: u32,
+    ) -> Shared {
         Shared {
             pool,
+            metrics,
             body_bytes_max: config.body_bytes_max,
             header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
@@ -61,6 +68,9 @@ pub async fn serve(
     connections_max: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let name = if tls.is_some() { "https" } else { "http" };
+    let open =
+        shared.metrics.connections_open.get_or_create(&crate::metrics::ListenerLabels { listener: name }).clone();
     let slots = Arc::new(Semaphore::new(connections_max));
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
@@ -85,8 +95,11 @@ pub async fn serve(
         let shared = Arc::clone(&shared);
         let shutdown = shutdown.clone();
         let acceptor = acceptor.clone();
+        let open = open.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            open.inc();
+            let _open = scopeguard_dec(open);
             match acceptor {
                 None => connection(TokioIo::new(stream), peer, shared, shutdown).await,
                 Some(acceptor) => {
@@ -181,6 +194,7 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         body,
     };
     let method = parts.method.clone();
+    let started = std::time::Instant::now();
     let response = match shared.pool.submit(request) {
         Ok(rx) => match rx.await {
             Ok(resp) => to_hyper(resp),
@@ -188,8 +202,36 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         },
         Err(Refused) => early(ApiError::busy(), false),
     };
-    log::debug!("{peer} {method} {} -> {}", parts.uri.path(), response.status().as_u16());
+    let status = response.status().as_u16();
+    shared.metrics.request_seconds.observe(started.elapsed().as_secs_f64());
+    shared
+        .metrics
+        .requests
+        .get_or_create(&crate::metrics::RequestLabels { method: method_label(&method), status })
+        .inc();
+    log::debug!("{peer} {method} {} -> {status}", parts.uri.path());
     response
+}
+
+/// The method as a metrics label: the standard ones by name, anything else as `other`.
+fn method_label(method: &http::Method) -> String {
+    match *method {
+        http::Method::GET | http::Method::POST | http::Method::PUT | http::Method::DELETE | http::Method::HEAD => {
+            method.as_str().to_string()
+        }
+        _ => "other".to_string(),
+    }
+}
+
+/// Decrements an open-connections gauge when the connection task ends, however it ends.
+fn scopeguard_dec(gauge: prometheus_client::metrics::gauge::Gauge<i64, std::sync::atomic::AtomicI64>) -> impl Drop {
+    struct Dec(prometheus_client::metrics::gauge::Gauge<i64, std::sync::atomic::AtomicI64>);
+    impl Drop for Dec {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    Dec(gauge)
 }
 
 enum BodyRead {

@@ -3,7 +3,7 @@
 //! when the queue is full the request is answered 503 at once.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
@@ -17,8 +17,10 @@ struct Job {
 }
 
 pub struct Pool {
-    tx: crossbeam_channel::Sender<Job>,
-    threads: Vec<JoinHandle<()>>,
+    /// `None` once shut down: no more jobs are taken.
+    tx: Mutex<Option<crossbeam_channel::Sender<Job>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The queue is full (or the pool is stopping): the request was not queued.
@@ -33,29 +35,40 @@ impl Pool {
             let app = Arc::clone(&app);
             let handle = std::thread::Builder::new().name(format!("http-worker-{i}")).spawn(move || {
                 for job in rx.iter() {
+                    app.metrics.queue_depth.set(rx.len() as i64);
+                    app.metrics.workers_busy.inc();
                     let response = run(&app, &job.req);
+                    app.metrics.workers_busy.dec();
                     // The client may have gone; nothing to do then.
                     let _ = job.reply.send(response);
                 }
             })?;
             threads.push(handle);
         }
-        Ok(Pool { tx, threads })
+        Ok(Pool { tx: Mutex::new(Some(tx)), threads: Mutex::new(threads), metrics: Arc::clone(&app.metrics) })
     }
 
     /// Queues a request; the receiver yields its response.
     pub fn submit(&self, req: api::Request) -> Result<oneshot::Receiver<api::Response>, Refused> {
         let (reply, rx) = oneshot::channel();
-        match self.tx.try_send(Job { req, reply }) {
-            Ok(()) => Ok(rx),
-            Err(_) => Err(Refused),
+        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner).clone().ok_or(Refused)?;
+        match tx.try_send(Job { req, reply }) {
+            Ok(()) => {
+                self.metrics.queue_depth.set(tx.len() as i64);
+                Ok(rx)
+            }
+            Err(_) => {
+                self.metrics.rejected_busy.inc();
+                Err(Refused)
+            }
         }
     }
 
-    /// Lets the queued jobs finish, then joins the workers.
-    pub fn shutdown(self) {
-        drop(self.tx);
-        for t in self.threads {
+    /// Stops taking jobs, lets the queued ones finish, and joins the workers.
+    pub fn shutdown(&self) {
+        drop(self.tx.lock().unwrap_or_else(PoisonError::into_inner).take());
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        for t in threads {
             let _ = t.join();
         }
     }

@@ -9,6 +9,7 @@
 //! Callers see domain types and [`StoreError`], never rusqlite types.
 
 mod activities;
+mod maintenance;
 mod principals;
 mod quota;
 mod records;
@@ -26,6 +27,7 @@ use crate::limits;
 use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
+pub use maintenance::{backup, restore};
 pub use principals::NewUser;
 pub use records::{
     ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow, RelatedItem, Search,
@@ -104,7 +106,7 @@ impl Store {
             restrict_permissions(path);
         }
         configure(&writer, true)?;
-        migrate(&writer)?;
+        migrate(&writer, path, schema::MIGRATIONS)?;
         Ok(Store {
             path: path.to_path_buf(),
             writer: Mutex::new(writer),
@@ -253,16 +255,21 @@ fn register_functions(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-fn migrate(conn: &Connection) -> Result<()> {
+/// Applies the migrations the database has not had; an existing database is backed up first.
+fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let known = schema::MIGRATIONS.len() as i64;
+    let known = migrations.len() as i64;
     if version > known {
         return Err(StoreError::Internal(format!(
             "the database has schema version {version}, newer than this sitegate knows ({known}); \
              run the newer sitegate or restore a backup"
         )));
     }
-    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+    if version > 0 && version < known {
+        let kept = maintenance::backup_before_migration(conn, path, version)?;
+        log::info!("database backed up to {} before migrating from schema {version}", kept.display());
+    }
+    for (i, sql) in migrations.iter().enumerate().skip(version as usize) {
         conn.execute_batch(&format!("BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {};\nCOMMIT;", i + 1)).map_err(
             |e| {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -325,4 +332,46 @@ fn search_text(name: &str, fields: &FieldValues) -> String {
 /// A JSON array of integers, for `IN (SELECT value FROM json_each(?))`.
 fn json_ids(ids: &[i64]) -> String {
     serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_database_is_backed_up_before_a_migration() {
+        let dir = std::env::temp_dir().join(format!("sitegate-migrate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("site.db");
+        let conn = Connection::open(&path).unwrap();
+        configure(&conn, true).unwrap();
+        migrate(&conn, &path, &schema::MIGRATIONS[..1]).unwrap();
+        conn.execute("INSERT INTO organizations (id, name) VALUES ('o', 'O')", []).unwrap();
+        let no_backups = |d: &Path| {
+            std::fs::read_dir(d)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".bak"))
+                .count()
+        };
+        assert_eq!(no_backups(&dir), 0, "a new database needs no backup");
+
+        let next = [schema::MIGRATIONS[0], "CREATE TABLE later (x INTEGER);"];
+        migrate(&conn, &path, &next).unwrap();
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 2);
+        let backups: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().contains(".schema1-") && p.to_string_lossy().ends_with(".bak"))
+            .collect();
+        assert_eq!(backups.len(), 1, "{backups:?}");
+        assert_eq!(maintenance::check_file(&backups[0]).unwrap(), 1);
+        let kept = Connection::open(&backups[0]).unwrap();
+        let orgs: i64 = kept.query_row("SELECT count(*) FROM organizations", [], |r| r.get(0)).unwrap();
+        assert_eq!(orgs, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1,17 +1,15 @@
 //! The command line: version, configuration loading and errors (exit 78 naming the key),
 //! user and group commands.
 
-use std::process::Command;
-
-use crate::support::{BASE_CONFIG, BIN, Service, cli_with_config, test_dir};
+use crate::support::{BASE_CONFIG, Service, cli_with_config, sitegate, test_dir};
 
 fn run_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).current_dir(dir).output().expect("run sitegate")
+    sitegate().args(args).current_dir(dir).output().expect("run sitegate")
 }
 
 #[test]
 fn version_prints_the_version() {
-    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let out = sitegate().arg("--version").output().unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), format!("sitegate {}", env!("CARGO_PKG_VERSION")));
 }

@@ -7,5 +7,6 @@ mod bad_input;
 mod cli;
 mod http;
 mod list;
+mod ops;
 mod records;
 mod support;

@@ -19,6 +19,22 @@ use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sitegate");
 
+/// A command running sitegate: the binary cargo built, or `$SITEGATE_BIN` (another build, such
+/// as the aarch64 one) run through `$SITEGATE_RUNNER` (such as `qemu-aarch64-static -cpu
+/// cortex-a53`) when set.
+pub fn sitegate() -> Command {
+    let bin = std::env::var("SITEGATE_BIN").unwrap_or_else(|_| BIN.to_string());
+    match std::env::var("SITEGATE_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            let mut words = runner.split_whitespace();
+            let mut cmd = Command::new(words.next().unwrap());
+            cmd.args(words).arg(bin);
+            cmd
+        }
+        _ => Command::new(bin),
+    }
+}
+
 /// Generous: the service starts in well under a second, but CI machines stall.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -116,7 +132,7 @@ impl Service {
     /// Starts the binary on an existing directory and configuration (a restart).
     pub fn launch(dir: PathBuf, config: PathBuf, env: &[(&str, &str)]) -> Service {
         let fresh = !dir.join("data").join("sitegate.db").exists();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = sitegate();
         cmd.arg("serve").arg("--config").arg(&config).current_dir(&dir);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
         for (k, v) in env {
@@ -247,7 +263,7 @@ pub fn cli_with_config(config: &Path, args: &[&str]) -> Output {
     let insert_at = full.iter().position(|a| a.starts_with("--")).unwrap_or(full.len());
     full.insert(insert_at, config.display().to_string());
     full.insert(insert_at, "--config".into());
-    Command::new(BIN).args(&full).output().expect("run sitegate")
+    sitegate().args(&full).output().expect("run sitegate")
 }
 
 pub fn basic(email: &str, token: &str) -> String {
@@ -391,6 +407,20 @@ pub struct Client {
 
 impl Client {
     pub fn call(&self, req: Req) -> Resp {
+        raw_exchange(self.addr, &self.request_bytes(req))
+    }
+
+    /// Like `call`, but a refused or broken connection is an error, not a panic (for tests
+    /// that stop the service under load).
+    pub fn try_call(&self, req: Req) -> std::io::Result<Resp> {
+        let bytes = self.request_bytes(req);
+        let mut stream = TcpStream::connect(self.addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        stream.write_all(&bytes)?;
+        try_read_response(&mut stream)
+    }
+
+    fn request_bytes(&self, req: Req) -> Vec<u8> {
         let mut head = format!("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", req.method, req.path, self.addr);
         if let Some(auth) = &self.auth
             && !req.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
@@ -406,7 +436,7 @@ impl Client {
         head.push_str("\r\n");
         let mut bytes = head.into_bytes();
         bytes.extend_from_slice(&req.body);
-        raw_exchange(self.addr, &bytes)
+        bytes
     }
 
     pub fn get(&self, path: &str) -> Resp {
@@ -477,31 +507,36 @@ pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> Resp {
 }
 
 pub fn read_response(stream: &mut TcpStream) -> Resp {
+    try_read_response(stream).expect("a complete response")
+}
+
+pub fn try_read_response(stream: &mut TcpStream) -> std::io::Result<Resp> {
+    use std::io::{Error, ErrorKind};
     let mut reader = BufReader::new(stream);
     let mut status_line = String::new();
-    reader.read_line(&mut status_line).expect("status line");
+    reader.read_line(&mut status_line)?;
     let status: u16 = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line: {status_line:?}"));
+        .ok_or_else(|| Error::new(ErrorKind::InvalidData, format!("bad status line: {status_line:?}")))?;
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
-        reader.read_line(&mut line).expect("header line");
+        reader.read_line(&mut line)?;
         let line = line.trim_end_matches(['\r', '\n']);
         if line.is_empty() {
             break;
         }
-        let (k, v) = line.split_once(':').expect("header");
+        let (k, v) = line.split_once(':').ok_or_else(|| Error::new(ErrorKind::InvalidData, "bad header"))?;
         headers.push((k.trim().to_string(), v.trim().to_string()));
     }
     let find = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.clone());
     assert!(find("Transfer-Encoding").is_none(), "a chunked response");
     let length: usize = find("Content-Length").expect("every response has a Content-Length").parse().unwrap();
     let mut body = vec![0u8; length];
-    reader.read_exact(&mut body).expect("body");
-    Resp { status, headers, body: String::from_utf8(body).expect("UTF-8 body") }
+    reader.read_exact(&mut body)?;
+    Ok(Resp { status, headers, body: String::from_utf8(body).expect("UTF-8 body") })
 }
 
 /// Percent-encodes a query value.

@@ -1,0 +1,115 @@
+//! Service metrics in the Prometheus (OpenMetrics) text format, served at `/metrics`.
+//!
+//! One registry for the process; each part of the service updates its own metrics through the
+//! shared [`Metrics`]. Label values come from small fixed sets (methods, status codes), never
+//! from request data.
+
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    started: Instant,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_seconds: Histogram,
+    pub queue_depth: Gauge<i64, AtomicI64>,
+    pub workers_busy: Gauge<i64, AtomicI64>,
+    pub connections_open: Family<ListenerLabels, Gauge<i64, AtomicI64>>,
+    pub rejected_busy: Counter<u64, AtomicU64>,
+    pub uptime_seconds: Gauge<i64, AtomicI64>,
+    pub database_bytes: Gauge<i64, AtomicI64>,
+    pub viewed_dropped: Gauge<i64, AtomicI64>,
+}
+
+/// Request latency buckets, seconds: 0.25 ms to ~4 s.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.000_25, 2.0, 15)
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("sitegate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("http_requests", "HTTP requests answered, by method and status", requests.clone());
+        let request_seconds = Histogram::new(latency_buckets());
+        registry.register(
+            "http_request_duration_seconds",
+            "Time from a complete request to its response",
+            request_seconds.clone(),
+        );
+        let queue_depth = Gauge::<i64, AtomicI64>::default();
+        registry.register("http_queue_depth", "Requests waiting for a worker", queue_depth.clone());
+        let workers_busy = Gauge::<i64, AtomicI64>::default();
+        registry.register("http_workers_busy", "Workers running a request", workers_busy.clone());
+        let connections_open = Family::<ListenerLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register("http_connections_open", "Open client connections, by listener", connections_open.clone());
+        let rejected_busy = Counter::<u64, AtomicU64>::default();
+        registry.register(
+            "http_rejected_busy",
+            "Requests answered 503 because the queue was full",
+            rejected_busy.clone(),
+        );
+        let uptime_seconds = Gauge::<i64, AtomicI64>::default();
+        registry.register("uptime_seconds", "Seconds since the service started", uptime_seconds.clone());
+        let database_bytes = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "database_bytes",
+            "Size of the database file and its write-ahead log",
+            database_bytes.clone(),
+        );
+        let viewed_dropped = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "viewed_stamps_dropped",
+            "Viewed stamps dropped since start because their buffer was full",
+            viewed_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            started: Instant::now(),
+            requests,
+            request_seconds,
+            queue_depth,
+            workers_busy,
+            connections_open,
+            rejected_busy,
+            uptime_seconds,
+            database_bytes,
+            viewed_dropped,
+        }
+    }
+
+    pub fn uptime_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// The text exposition; gauges read at this moment are set by the caller first.
+    pub fn render(&self) -> String {
+        self.uptime_seconds.set(i64::try_from(self.uptime_secs()).unwrap_or(i64::MAX));
+        let mut out = String::with_capacity(4096);
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            log::error!("cannot encode metrics: {e}");
+        }
+        out
+    }
+}
+
+/// The content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

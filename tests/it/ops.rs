@@ -1,0 +1,288 @@
+//! Operations: systemd notification and watchdog, health and metrics, shutdown under load,
+//! backup and restore, one service per database, journald logs.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::{BASE_CONFIG, Client, Options, Req, Service, basic, read_response, test_dir, wait_for};
+
+/// Receives sd_notify datagrams until one contains `what`.
+fn expect_message(sock: &UnixDatagram, what: &str) -> String {
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = sock.recv(&mut buf).unwrap_or_else(|e| panic!("no {what} from the service: {e}"));
+        let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+        if msg.lines().any(|l| l == what) {
+            return msg;
+        }
+    }
+}
+
+#[test]
+fn notifies_systemd_ready_watchdog_and_stopping() {
+    let dir = test_dir("notifies_systemd_ready_watchdog_and_stopping_sock");
+    let path = dir.join("notify.sock");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let path_text = path.display().to_string();
+    let s = Service::start_with(
+        "notifies_systemd_ready_watchdog_and_stopping",
+        Options { config: BASE_CONFIG, env: vec![("NOTIFY_SOCKET", &path_text), ("WATCHDOG_USEC", "200000")] },
+    );
+    let ready = expect_message(&sock, "READY=1");
+    assert!(ready.contains(&format!("STATUS=ready http={}", s.addr)), "{ready}");
+    for _ in 0..3 {
+        expect_message(&sock, "WATCHDOG=1");
+    }
+    assert_eq!(s.terminate(), Some(0));
+    expect_message(&sock, "STOPPING=1");
+}
+
+#[test]
+fn notifies_on_an_abstract_socket_and_skips_a_watchdog_for_another_pid() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("sitegate-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let sock = UnixDatagram::bind_addr(&addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let socket_env = format!("@{name}");
+    let s = Service::start_with(
+        "notifies_on_an_abstract_socket",
+        Options {
+            config: BASE_CONFIG,
+            env: vec![("NOTIFY_SOCKET", &socket_env), ("WATCHDOG_USEC", "100000"), ("WATCHDOG_PID", "1")],
+        },
+    );
+    expect_message(&sock, "READY=1");
+    // The watchdog belongs to another process: no pings (checked for ten would-be intervals).
+    sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 512];
+    if let Ok(n) = sock.recv(&mut buf) {
+        panic!("unexpected message: {}", String::from_utf8_lossy(&buf[..n]));
+    }
+    drop(s);
+}
+
+#[test]
+fn health_and_metrics() {
+    let s = Service::start("health_and_metrics");
+    let anon = s.anonymous();
+    let r = anon.get_json("/health");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["health"], "ok");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["uptime_s"].is_number());
+    assert_eq!(anon.get("/health/").xml_text("health").as_deref(), Some("ok"));
+    assert_eq!(anon.call(Req::new("POST", "/health")).status, 405);
+
+    let c = s.admin_client();
+    for _ in 0..3 {
+        c.get("/contacts").assert_status(200);
+    }
+    c.get("/contacts/999").assert_status(404);
+    let m = anon.get("/metrics");
+    assert_eq!(m.status, 200);
+    assert!(m.header("Content-Type").unwrap().starts_with("application/openmetrics-text"), "{:?}", m.headers);
+    let text = &m.body;
+    let value = |line_start: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {line_start} in\n{text}"))
+    };
+    // Two health checks and three lists.
+    assert_eq!(value("sitegate_http_requests_total{method=\"GET\",status=\"200\"}"), 5.0);
+    assert_eq!(value("sitegate_http_requests_total{method=\"GET\",status=\"404\"}"), 1.0);
+    assert!(value("sitegate_http_request_duration_seconds_count") >= 4.0);
+    assert!(value("sitegate_database_bytes") > 0.0);
+    assert!(value("sitegate_http_connections_open{listener=\"http\"}") >= 1.0);
+    for name in [
+        "sitegate_http_queue_depth",
+        "sitegate_http_workers_busy",
+        "sitegate_uptime_seconds",
+        "sitegate_http_rejected_busy_total",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert!(text.trim_end().ends_with("# EOF"));
+
+    // With a token, /metrics answers only to it.
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 2\nmetrics_token = \"scrape-me-please-0123\"");
+    let s = Service::start_with("health_and_metrics_token", Options { config: &config, env: vec![] });
+    let anon = s.anonymous();
+    assert_eq!(anon.get("/metrics").status, 401);
+    let wrong = anon.call(Req::new("GET", "/metrics").header("Authorization", "Bearer nope"));
+    assert_eq!(wrong.status, 401);
+    assert_eq!(wrong.header("WWW-Authenticate"), Some("Bearer realm=\"sitegate\""));
+    let right = anon.call(Req::new("GET", "/metrics").header("Authorization", "Bearer scrape-me-please-0123"));
+    assert_eq!(right.status, 200);
+    assert_eq!(anon.get("/health").status, 200);
+}
+
+#[test]
+fn one_service_per_database() {
+    let s = Service::start("one_service_per_database");
+    let out = crate::support::cli_with_config(&s.config, &["serve"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another sitegate serves this database"));
+    let out = s.cli(&["restore", "--from", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stop it before restoring"));
+    s.admin_client().get("/contacts").assert_status(200);
+}
+
+/// Creates contacts from `threads` clients until `stop` is set or the service goes away;
+/// returns the ids acknowledged with 201.
+fn write_load(client: &Client, threads: usize, stop: &AtomicBool, acked: &Mutex<Vec<i64>>) {
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            scope.spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) && i < 100_000 {
+                    i += 1;
+                    let req = Req::new("POST", "/contacts")
+                        .json_body(&format!(r#"{{"firstname": "T{t}", "lastname": "N{i}"}}"#))
+                        .json();
+                    match client.try_call(req) {
+                        Ok(r) if r.status == 201 => {
+                            acked.lock().unwrap().push(r.json()["item"]["id"].as_i64().unwrap());
+                        }
+                        Ok(r) if r.status == 503 => {}
+                        Ok(r) => panic!("unexpected answer {}: {}", r.status, r.body),
+                        Err(_) => return, // the service stopped
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn all_ids(c: &Client) -> BTreeSet<i64> {
+    let mut ids = BTreeSet::new();
+    let mut start = 0;
+    loop {
+        let page = c.list_ids(&format!("/contacts?limit=5000&start={start}&sortfield=created"));
+        if page.is_empty() {
+            return ids;
+        }
+        start += page.len();
+        ids.extend(page);
+    }
+}
+
+#[test]
+fn sigterm_under_write_load_loses_no_acknowledged_write() {
+    let s = Service::start("sigterm_under_write_load_loses_no_acknowledged_write");
+    let admin = s.admin.clone();
+    let client = s.admin_client();
+    let stop = AtomicBool::new(false);
+    let acked = Mutex::new(Vec::new());
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    let pid = s.pid();
+    std::thread::scope(|scope| {
+        scope.spawn(|| write_load(&client, 4, &stop, &acked));
+        wait_for("100 acknowledged writes", || (acked.lock().unwrap().len() >= 100).then_some(()));
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        // Writers stop by themselves when the service closes its socket; this is the backstop.
+        wait_for("the service to stop", || TcpStream::connect(s.addr).is_err().then_some(()));
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(s.terminate(), Some(0), "exit status after SIGTERM");
+    // A clean stop leaves the write-ahead log checkpointed (empty or gone).
+    let wal = dir.join("data/sitegate.db-wal");
+    assert!(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0) == 0, "WAL not checkpointed");
+    let acked: BTreeSet<i64> = acked.into_inner().unwrap().into_iter().collect();
+    let s = Service::launch(dir, cfg, &[]);
+    let present = all_ids(&s.client(&admin));
+    let missing: Vec<_> = acked.difference(&present).collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+}
+
+#[test]
+fn a_request_in_flight_finishes_during_shutdown() {
+    let s = Service::start("a_request_in_flight_finishes_during_shutdown");
+    let auth = basic(&s.admin.email, &s.admin.token);
+    let body = r#"{"firstname": "Slow", "lastname": "Upload"}"#;
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /contacts HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&body.as_bytes()[..10]).unwrap();
+    let _ = std::process::Command::new("kill").arg("-TERM").arg(s.pid().to_string()).status();
+    // Once new connections are refused, the shutdown has begun; then the rest of the body.
+    wait_for("the listener to close", || TcpStream::connect(s.addr).is_err().then_some(()));
+    stream.write_all(&body.as_bytes()[10..]).unwrap();
+    let r = read_response(&mut stream);
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(s.terminate(), Some(0));
+}
+
+#[test]
+fn backup_under_write_load_restores_to_a_consistent_database() {
+    let s = Service::start("backup_under_write_load_restores_to_a_consistent_database");
+    let admin = s.admin.clone();
+    let client = s.admin_client();
+    let stop = AtomicBool::new(false);
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let backup = s.dir.join("backup.db");
+    let mut acked_before = BTreeSet::new();
+    std::thread::scope(|scope| {
+        scope.spawn(|| write_load(&client, 2, &stop, &acked));
+        wait_for("50 acknowledged writes", || (acked.lock().unwrap().len() >= 50).then_some(()));
+        acked_before = acked.lock().unwrap().iter().copied().collect();
+        let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("backed up"));
+        wait_for("more writes after the backup", || {
+            (acked.lock().unwrap().len() >= acked_before.len() + 20).then_some(())
+        });
+        stop.store(true, Ordering::Relaxed);
+    });
+    let acked_all: BTreeSet<i64> = acked.lock().unwrap().iter().copied().collect();
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    assert_eq!(s.terminate(), Some(0));
+
+    // A file that is not a database is refused and changes nothing.
+    let junk = dir.join("junk.db");
+    std::fs::write(&junk, b"not a database at all").unwrap();
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", junk.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a usable sitegate database"));
+
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", backup.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("kept the previous database as"), "{stdout}");
+    let s = Service::launch(dir, cfg, &[]);
+    let restored = all_ids(&s.client(&admin));
+    assert!(acked_before.is_subset(&restored), "writes acknowledged before the backup are missing");
+    assert!(restored.is_subset(&acked_all), "the backup holds records nobody wrote");
+    assert!(restored.len() < acked_all.len(), "the backup should not hold the writes made after it");
+}
+
+#[test]
+fn logs_for_the_journal_carry_priorities() {
+    let s = Service::start_with(
+        "logs_for_the_journal_carry_priorities",
+        Options { config: BASE_CONFIG, env: vec![("JOURNAL_STREAM", "8:12345")] },
+    );
+    let line = wait_for("the serving log line", || {
+        s.stderr().lines().find(|l| l.contains("serving (ready")).map(str::to_string)
+    });
+    assert!(line.starts_with("<6>sitegate::service: "), "{line}");
+    let plain = Service::start("logs_on_a_terminal_carry_times");
+    let line = wait_for("the serving log line", || {
+        plain.stderr().lines().find(|l| l.contains("serving (ready")).map(str::to_string)
+    });
+    assert!(line.contains("Z INFO sitegate::service: "), "{line}");
+}
