@@ -52,10 +52,10 @@ impl Notifier {
 /// this process (`$WATCHDOG_PID` absent or ours).
 pub fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
-    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
-        if pid.parse::<u32>().ok()? != std::process::id() {
-            return None;
-        }
+    if let Ok(pid) = std::env::var("WATCHDOG_PID")
+        && pid.parse::<u32>().ok()? != std::process::id()
+    {
+        return None;
     }
     (usec > 0).then(|| Duration::from_micros(usec / 2))
 }
