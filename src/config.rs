@@ -57,6 +57,7 @@ pub struct RawHttp {
     pub queue_depth_max: Option<usize>,
     pub connections_max: Option<usize>,
     pub body_bytes_max: Option<usize>,
+    pub upload_bytes_max: Option<usize>,
     pub header_read_timeout_ms: Option<u64>,
     pub body_read_timeout_ms: Option<u64>,
     pub tls_listen: Option<String>,
@@ -132,6 +133,8 @@ pub struct HttpConfig {
     pub queue_depth_max: usize,
     pub connections_max: usize,
     pub body_bytes_max: usize,
+    /// The body limit of multipart/form-data requests (file uploads).
+    pub upload_bytes_max: usize,
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
     pub tls: Option<TlsConfig>,
@@ -284,6 +287,13 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         1024,
         limits::HTTP_BODY_BYTES_MAX_CEILING,
     )?;
+    let upload_bytes_max = bounded(
+        "http.upload_bytes_max",
+        h.upload_bytes_max,
+        limits::HTTP_UPLOAD_BYTES_MAX_DEFAULT,
+        1024,
+        limits::HTTP_UPLOAD_BYTES_MAX_CEILING,
+    )?;
     let header_read_timeout_ms = bounded(
         "http.header_read_timeout_ms",
         h.header_read_timeout_ms,
@@ -418,6 +428,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             queue_depth_max,
             connections_max,
             body_bytes_max,
+            upload_bytes_max,
             header_read_timeout_ms,
             body_read_timeout_ms,
             tls,
@@ -464,6 +475,7 @@ impl Config {
                 queue_depth_max: Some(self.http.queue_depth_max),
                 connections_max: Some(self.http.connections_max),
                 body_bytes_max: Some(self.http.body_bytes_max),
+                upload_bytes_max: Some(self.http.upload_bytes_max),
                 header_read_timeout_ms: Some(self.http.header_read_timeout_ms),
                 body_read_timeout_ms: Some(self.http.body_read_timeout_ms),
                 tls_listen: self.http.tls.as_ref().map(|t| t.listen.to_string()),

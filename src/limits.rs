@@ -14,6 +14,10 @@ pub const HTTP_BODY_BYTES_MAX_CEILING: usize = 64 * 1024 * 1024;
 pub const HTTP_WORKERS_DEFAULT: usize = 4;
 pub const HTTP_WORKERS_CEILING: usize = 64;
 
+/// Largest multipart/form-data body (a file upload) (`[http] upload_bytes_max`).
+pub const HTTP_UPLOAD_BYTES_MAX_DEFAULT: usize = 16 * 1024 * 1024;
+pub const HTTP_UPLOAD_BYTES_MAX_CEILING: usize = 256 * 1024 * 1024;
+
 /// A body over `body_bytes_max` is still read and discarded up to this many bytes before the
 /// 413 goes out, so the client sees the answer instead of a reset connection.
 pub const HTTP_DRAIN_BYTES_MAX: usize = 8 * 1024 * 1024;

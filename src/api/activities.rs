@@ -8,7 +8,8 @@ use super::error::ApiError;
 use super::input::{Params, scalar_text};
 use super::output::Out;
 use super::{Ctx, Reply};
-use crate::model::FieldValues;
+use crate::limits;
+use crate::model::{FieldValues, Kind, Upload};
 use crate::model::activity::ActivityType;
 use crate::store::{ActivityChanges, NewActivity, Place};
 use crate::timefmt;
@@ -22,13 +23,14 @@ pub fn create(ctx: &Ctx<'_>, kind: ActivityType) -> Result<Reply, ApiError> {
         .map_err(|_| ApiError::invalid_value("parent", "must be an item id"))?
         .filter(|id| *id > 0)
         .ok_or_else(|| ApiError::invalid_value("parent", "is required: the id of the record or activity to add to"))?;
-    let fields = data_fields(kind, body.get("data"))?;
+    let mut fields = data_fields(kind, body.get("data"))?;
     if kind.is_dated_action() && ActivityType::completed(&fields) {
         return Err(ApiError::invalid_value(
             "completed",
             format!("a new {} cannot be created completed", kind.segment()),
         ));
     }
+    let upload = take_upload(ctx, kind, &mut fields)?;
     for required in kind.required_fields() {
         if fields.get(*required).is_none_or(|v| v.is_empty()) {
             return Err(ApiError::invalid_value(required, "is required"));
@@ -37,7 +39,8 @@ pub fn create(ctx: &Ctx<'_>, kind: ActivityType) -> Result<Reply, ApiError> {
     let place = place_of(&p)?;
     let stored: FieldValues =
         fields.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect();
-    let created = ctx.app.store.create_activity(&ctx.viewer, NewActivity { kind, parent, fields: stored, place })?;
+    let created =
+        ctx.app.store.create_activity(&ctx.viewer, NewActivity { kind, parent, fields: stored, place, upload })?;
     let mut data = Out::map();
     for f in kind.fields() {
         if let Some(v) = fields.get(f.name) {
@@ -57,7 +60,9 @@ pub fn update(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiEr
     let p = Params::new(body);
     let parent =
         p.int("parent").map_err(|_| ApiError::invalid_value("parent", "must be an item id"))?.filter(|id| *id > 0);
-    let changes = ActivityChanges { fields: data_fields(kind, body.get("data"))?, place: place_of(&p)?, parent };
+    let mut fields = data_fields(kind, body.get("data"))?;
+    let upload = take_upload(ctx, kind, &mut fields)?;
+    let changes = ActivityChanges { fields, place: place_of(&p)?, parent, upload };
     ctx.app.store.update_activity(&ctx.viewer, kind, id, changes)?;
     Ok(Reply::ok(Out::map()))
 }
@@ -65,6 +70,40 @@ pub fn update(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiEr
 pub fn delete(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiError> {
     ctx.app.store.delete_activity(&ctx.viewer, kind, id)?;
     Ok(Reply::ok(Out::map()))
+}
+
+/// `GET /{segment}/{activity}/{id}/file`: the stored file, as it was uploaded.
+pub fn download(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<super::Download, ApiError> {
+    if !kind.holds_file() {
+        return Err(ApiError::no_such_path(&format!("{}/{id}/file", kind.segment())));
+    }
+    let file = ctx.app.store.activity_file(&ctx.viewer, kind, id)?;
+    Ok(super::Download { name: file.info.name, content_type: file.info.content_type, content: file.content })
+}
+
+/// The uploaded file of the request, for types that hold one: it names the `file` field
+/// unless the body gave a name. Other types take no file.
+fn take_upload(ctx: &Ctx<'_>, kind: ActivityType, fields: &mut FieldValues) -> Result<Option<Upload>, ApiError> {
+    let mut files = ctx.uploads.iter().filter(|(key, _)| key == "data[file]" || key == "file");
+    let Some((_, upload)) = files.next() else {
+        if let Some((key, _)) = ctx.uploads.first() {
+            return Err(ApiError::invalid_value(key, "only data[file] carries a file"));
+        }
+        return Ok(None);
+    };
+    if files.next().is_some() {
+        return Err(ApiError::invalid_value("file", "one file per activity"));
+    }
+    if !kind.holds_file() {
+        return Err(ApiError::invalid_value("file", format!("a {} takes no file", kind.segment())));
+    }
+    let name = Kind::Text
+        .normalize(&upload.name)
+        .ok()
+        .filter(|n| !n.is_empty() && n.len() <= limits::NAME_BYTES_MAX)
+        .ok_or_else(|| ApiError::invalid_value("file", "the file name must be 1 to 255 bytes of text"))?;
+    fields.entry("file".into()).or_insert_with(|| name.clone());
+    Ok(Some(Upload { name, content_type: upload.content_type.clone(), bytes: upload.bytes.clone() }))
 }
 
 fn only_keys(body: &Value, allowed: &[&str]) -> Result<(), ApiError> {

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::limits;
+use crate::model::Upload;
 
 /// Which parser a body gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,7 +19,21 @@ pub enum BodyKind {
     Xml,
     Json,
     Form,
+    /// multipart/form-data: form fields and files.
+    Multipart,
 }
+
+/// A parsed request body: its parameters, and the files it carried (by form key, such as
+/// `data[file]`).
+#[derive(Debug, Default)]
+pub struct Body {
+    pub params: Value,
+    pub uploads: Vec<(String, Upload)>,
+}
+
+/// Form keys whose value is a file's content, and the keys that may name that file.
+const FILE_KEYS: &[&str] = &["data[file]", "file"];
+const FILE_NAME_KEYS: &[&str] = &["data[filename]", "filename"];
 
 /// Picks the parser from the Content-Type; without a usable one, from the first byte.
 pub fn body_kind(content_type: Option<&str>, body: &[u8]) -> BodyKind {
@@ -29,6 +44,9 @@ pub fn body_kind(content_type: Option<&str>, body: &[u8]) -> BodyKind {
     }
     if essence == "application/x-www-form-urlencoded" {
         return BodyKind::Form;
+    }
+    if essence == "multipart/form-data" {
+        return BodyKind::Multipart;
     }
     if essence.contains("xml") {
         return BodyKind::Xml;
@@ -41,21 +59,113 @@ pub fn body_kind(content_type: Option<&str>, body: &[u8]) -> BodyKind {
 }
 
 /// Parses a request body; an empty body is an empty object.
-pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
+pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Body, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Object(Map::new()));
+        return Ok(Body { params: Value::Object(Map::new()), uploads: Vec::new() });
     }
-    let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
-    let value = match body_kind(content_type, body) {
-        BodyKind::Json => parse_json(text)?,
-        BodyKind::Form => parse_form(text)?,
-        BodyKind::Xml => parse_xml(text)?,
+    let kind = body_kind(content_type, body);
+    let (params, uploads) = match kind {
+        BodyKind::Multipart => parse_multipart(content_type.unwrap_or(""), body)?,
+        BodyKind::Form => {
+            let (rest, uploads) = take_form_files(body)?;
+            let text = std::str::from_utf8(&rest).map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
+            (parse_form(text)?, uploads)
+        }
+        BodyKind::Json | BodyKind::Xml => {
+            let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
+            let value = if kind == BodyKind::Json { parse_json(text)? } else { parse_xml(text)? };
+            (value, Vec::new())
+        }
     };
-    if !value.is_object() {
+    if !params.is_object() {
         return Err(ApiError::invalid_request("the body must be an object (JSON) or a <request> element (XML)"));
     }
-    check_shape(&value)?;
-    Ok(value)
+    check_shape(&params)?;
+    Ok(Body { params, uploads })
+}
+
+/// multipart/form-data: text parts become form parameters (with nested keys, as form data),
+/// parts with a file name become uploads.
+fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Vec<(String, Upload)>), ApiError> {
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|e| ApiError::invalid_request(format!("multipart/form-data without a usable boundary: {e}")))?;
+    let bytes = bytes::Bytes::copy_from_slice(body);
+    let stream = one_chunk(bytes);
+    let mut multipart = multer::Multipart::new(stream, boundary);
+    let bad = |e: multer::Error| ApiError::invalid_request(format!("malformed multipart/form-data: {e}"));
+    // The whole body is already in memory: every poll completes at once.
+    futures_executor::block_on(async {
+        let mut form = form_urlencoded::Serializer::new(String::new());
+        let mut uploads = Vec::new();
+        let mut parts = 0usize;
+        while let Some(field) = multipart.next_field().await.map_err(bad)? {
+            parts += 1;
+            if parts > limits::INPUT_NODES_MAX {
+                return Err(ApiError::invalid_request("too many parts in the multipart body"));
+            }
+            let name = field.name().unwrap_or("").to_string();
+            match field.file_name().map(str::to_string) {
+                Some(file_name) => {
+                    let content_type =
+                        field.content_type().map(|m| m.to_string()).unwrap_or_else(|| "application/octet-stream".into());
+                    let bytes = field.bytes().await.map_err(bad)?;
+                    uploads.push((name, Upload { name: file_name, content_type, bytes: bytes.to_vec() }));
+                }
+                None => {
+                    let bytes = field.bytes().await.map_err(bad)?;
+                    let text = std::str::from_utf8(&bytes)
+                        .map_err(|_| ApiError::invalid_request(format!("form field {name:?} is not UTF-8")))?;
+                    form.append_pair(&name, text);
+                }
+            }
+        }
+        Ok((parse_form(&form.finish())?, uploads))
+    })
+}
+
+/// A stream of one chunk, for multer.
+fn one_chunk(bytes: bytes::Bytes) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures_util::stream::once(async move { Ok(bytes) })
+}
+
+/// Form data: the values of `data[file]` (or `file`) are file contents, as bytes (they need not
+/// be UTF-8); `data[filename]` names them. Returns the remaining form text and the files.
+fn take_form_files(body: &[u8]) -> Result<(Vec<u8>, Vec<(String, Upload)>), ApiError> {
+    let decode_key = |raw: &[u8]| -> String {
+        form_urlencoded::parse(&[raw, b"=".as_slice()].concat()).next().map(|(k, _)| k.into_owned()).unwrap_or_default()
+    };
+    let mut rest = Vec::with_capacity(body.len());
+    let mut contents = Vec::new();
+    let mut name = None;
+    for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
+        let (raw_key, raw_value) = match pair.iter().position(|b| *b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &b""[..]),
+        };
+        let key = decode_key(raw_key);
+        if FILE_KEYS.contains(&key.as_str()) {
+            let plus_as_space: Vec<u8> = raw_value.iter().map(|b| if *b == b'+' { b' ' } else { *b }).collect();
+            let bytes: Vec<u8> = percent_encoding::percent_decode(&plus_as_space).collect();
+            contents.push((key, bytes));
+        } else if FILE_NAME_KEYS.contains(&key.as_str()) {
+            let value = form_urlencoded::parse(pair).next().map(|(_, v)| v.into_owned()).unwrap_or_default();
+            name = Some(value);
+        } else {
+            if !rest.is_empty() {
+                rest.push(b'&');
+            }
+            rest.extend_from_slice(pair);
+        }
+    }
+    let uploads = contents
+        .into_iter()
+        .map(|(key, bytes)| {
+            let upload =
+                Upload { name: name.clone().unwrap_or_else(|| "file".into()), content_type: "application/octet-stream".into(), bytes };
+            (key, upload)
+        })
+        .collect();
+    Ok((rest, uploads))
 }
 
 fn parse_json(text: &str) -> Result<Value, ApiError> {

@@ -113,6 +113,19 @@ impl Reply {
     }
 }
 
+/// A stored file to send as it is.
+pub struct Download {
+    pub name: String,
+    pub content_type: String,
+    pub content: Vec<u8>,
+}
+
+/// What a route answers: a document (XML or JSON) or a file.
+enum Answer {
+    Doc(Reply),
+    File(Download),
+}
+
 /// What a handler gets: who asks, and the request's parameters.
 pub struct Ctx<'a> {
     pub app: &'a App,
@@ -121,6 +134,8 @@ pub struct Ctx<'a> {
     pub query: Value,
     /// Body parameters (XML, JSON or form).
     pub body: Value,
+    /// Files the body carried, by form key.
+    pub uploads: Vec<(String, crate::model::Upload)>,
     pub now: i64,
 }
 
@@ -184,11 +199,12 @@ impl App {
             let query = query?;
             let content_type = req.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
             let body = input::parse_body(content_type, &req.body)?;
-            let ctx = Ctx { app: self, viewer, query, body, now };
+            let ctx = Ctx { app: self, viewer, query, body: body.params, uploads: body.uploads, now };
             route(&ctx, &req.method, &req.path)
         })();
         match result {
-            Ok(reply) => render_reply(&format, reply, quota_value),
+            Ok(Answer::Doc(reply)) => render_reply(&format, reply, quota_value),
+            Ok(Answer::File(file)) => render_download(file, quota_value),
             Err(err) => render_error(&format, err, quota_value),
         }
     }
@@ -258,7 +274,22 @@ fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiError> {
+fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Answer, ApiError> {
+    if let [segment, activity, id, "file"] = segments(path).as_slice() {
+        if let (Some(_), Some(kind), true) =
+            (RecordType::from_segment(segment), ActivityType::from_segment(activity), is_id(id))
+        {
+            let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
+            return match *method {
+                Method::GET => activities::download(ctx, kind, id).map(Answer::File),
+                _ => Err(ApiError::method_not_allowed(&["GET"])),
+            };
+        }
+    }
+    route_doc(ctx, method, path).map(Answer::Doc)
+}
+
+fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiError> {
     let segs = segments(path);
     let allow = |methods: &[&str]| -> Result<Reply, ApiError> { Err(ApiError::method_not_allowed(methods)) };
     match segs.as_slice() {
@@ -345,6 +376,23 @@ pub fn render_reply(format: &Format, reply: Reply, quota_value: String) -> Respo
         headers.push(("Location", location));
     }
     Response { status: reply.status, headers, body }
+}
+
+fn render_download(file: Download, quota_value: String) -> Response {
+    // The name as a plain-ASCII fallback and in RFC 5987 form for everything else.
+    let ascii: String =
+        file.name.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
+    let encoded = percent_encoding::utf8_percent_encode(&file.name, percent_encoding::NON_ALPHANUMERIC).to_string();
+    Response {
+        status: 200,
+        headers: vec![
+            ("Content-Type", file.content_type),
+            ("Content-Disposition", format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")),
+            ("X-Content-Type-Options", "nosniff".into()),
+            (QUOTA_HEADER, quota_value),
+        ],
+        body: file.content,
+    }
 }
 
 pub fn render_error(format: &Format, err: ApiError, quota_value: String) -> Response {

@@ -64,7 +64,7 @@ fn item_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
         .with("fields", record_fields_out(ctx, r))
 }
 
-fn activity_out(a: &ActivityRow) -> Out {
+fn activity_out(rt: RecordType, a: &ActivityRow) -> Out {
     // Every field of the type in the table's order (empty when unset).
     let mut fields = Out::map();
     match ActivityType::from_typeid(a.typeid) {
@@ -79,7 +79,7 @@ fn activity_out(a: &ActivityRow) -> Out {
             }
         }
     }
-    Out::map()
+    let mut out = Out::map()
         .with("id", Out::Int(a.id))
         .with("typeid", Out::Int(a.typeid))
         .with("name", Out::text(a.name.clone()))
@@ -95,7 +95,14 @@ fn activity_out(a: &ActivityRow) -> Out {
         .with("creatorname", Out::text(a.creator_name.clone()))
         .with("modificatorid", Out::Int(a.modificator_id))
         .with("modificatorname", Out::text(a.modificator_name.clone()))
-        .with("fields", fields)
+        .with("fields", fields);
+    if let (Some(file), Some(kind)) = (&a.file, ActivityType::from_typeid(a.typeid)) {
+        // Where to download the stored file, and what it is.
+        out.push("filesize", Out::Int(file.size));
+        out.push("filetype", Out::text(file.content_type.clone()));
+        out.push("download", Out::text(format!("/{}/{}/{}/file", rt.segment(), kind.segment(), a.id)));
+    }
+    out
 }
 
 /// What Show returns (also the body of a create's 201): item, activities, categories,
@@ -107,7 +114,7 @@ fn show_doc(ctx: &Ctx<'_>, rt: RecordType, id: i64, viewed_now: Option<i64>) -> 
     }
     let mut activities = Out::map();
     for a in &detail.activities {
-        activities.push_keyed(a.id, activity_out(a));
+        activities.push_keyed(a.id, activity_out(rt, a));
     }
     Ok(Out::map()
         .with("item", item_out(ctx, &detail.record))
@@ -154,6 +161,9 @@ pub fn delete(ctx: &Ctx<'_>, rt: RecordType, id: i64) -> Result<Reply, ApiError>
 /// Reads a create or update body: fields, `ownership`, `flagged`, `categories` (add, remove)
 /// and `relateditems` (add, remove). Any other key is an unknown field.
 fn record_input(ctx: &Ctx<'_>, rt: RecordType, body: &Value) -> Result<RecordChanges, ApiError> {
+    if let Some((key, _)) = ctx.uploads.first() {
+        return Err(ApiError::invalid_value(key, "records take no files; files belong to file, photo and attachment activities"));
+    }
     let mut changes = RecordChanges::default();
     let Value::Object(map) = body else {
         return Err(ApiError::invalid_request("the body must be an object"));

@@ -36,6 +36,7 @@ pub struct Shared {
     pub pool: Arc<Pool>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub body_bytes_max: usize,
+    pub upload_bytes_max: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub quota_allowed: u32,
@@ -52,6 +53,7 @@ impl Shared {
             pool,
             metrics,
             body_bytes_max: config.body_bytes_max,
+            upload_bytes_max: config.upload_bytes_max,
             header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             quota_allowed,
@@ -167,19 +169,26 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         to_hyper(resp)
     };
 
+    // File uploads (multipart/form-data) have their own, larger limit.
+    let is_upload = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"));
+    let limit = if is_upload { shared.upload_bytes_max } else { shared.body_bytes_max };
     let declared = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits::HTTP_DRAIN_BYTES_MAX as u64) {
+    if declared.is_some_and(|n| n > limit.max(limits::HTTP_DRAIN_BYTES_MAX) as u64) {
         // Too large to be worth reading: answer at once and close.
-        return early(ApiError::too_large(shared.body_bytes_max), true);
+        return early(ApiError::too_large(limit), true);
     }
-    let read = tokio::time::timeout(shared.body_read_timeout, read_body(body, shared.body_bytes_max)).await;
+    let read = tokio::time::timeout(shared.body_read_timeout, read_body(body, limit)).await;
     let body = match read {
         Ok(BodyRead::Complete(bytes)) => bytes,
-        Ok(BodyRead::TooLarge) => return early(ApiError::too_large(shared.body_bytes_max), true),
+        Ok(BodyRead::TooLarge) => return early(ApiError::too_large(limit), true),
         Ok(BodyRead::Failed(e)) => {
             return early(ApiError::invalid_request(format!("the body could not be read: {e}")), true);
         }
@@ -256,7 +265,7 @@ async fn read_body(mut body: Incoming, max: usize) -> BodyRead {
             seen = seen.saturating_add(data.len());
             if seen > max {
                 buf.clear();
-                if seen > limits::HTTP_DRAIN_BYTES_MAX {
+                if seen > max.max(limits::HTTP_DRAIN_BYTES_MAX) {
                     return BodyRead::TooLarge;
                 }
             } else {

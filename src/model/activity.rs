@@ -333,13 +333,25 @@ impl ActivityType {
         self.label().to_string()
     }
 
-    /// The due date the due filters and reports use: tasks and follow-ups with a date
-    /// (`nodate` not 1).
-    pub fn due(self, fields: &FieldValues) -> Option<String> {
-        if !self.is_dated_action() || fields.get("nodate").is_some_and(|v| v == "1") {
-            return None;
+    /// The activity's date, as reports, the calendar and the due filters see it: a task's or
+    /// follow-up's `duedate` and a task list's `milestonedate` (unless `nodate` is 1), a deal's
+    /// `closingdate`, a time record's `date`, an interaction's day (`dateoccured`).
+    pub fn date(self, fields: &FieldValues) -> Option<String> {
+        let get = |k: &str| fields.get(k).filter(|v| !v.is_empty()).cloned();
+        let undated = fields.get("nodate").is_some_and(|v| v == "1");
+        match self {
+            A::Task | A::Followup if !undated => get("duedate"),
+            A::Tasklist if !undated => get("milestonedate"),
+            A::Opportunity => get("closingdate"),
+            A::Timerecord => get("date"),
+            A::Call => get("dateoccured").map(|v| v.chars().take(10).collect()),
+            _ => None,
         }
-        fields.get("duedate").filter(|v| !v.is_empty()).cloned()
+    }
+
+    /// Whether activities of this type carry an uploaded file (`file` field).
+    pub fn holds_file(self) -> bool {
+        matches!(self, A::Attachment | A::File | A::Photo)
     }
 
     pub fn completed(fields: &FieldValues) -> bool {

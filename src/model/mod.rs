@@ -314,6 +314,15 @@ pub fn field_by_id(record_type: RecordType, custom: &[CustomField], id: i64) -> 
     custom.iter().find(|c| c.id == id && c.record_types.contains(&record_type)).map(FieldDef::Custom)
 }
 
+/// A file sent with a request (multipart/form-data or form data), for a file, photo or
+/// attachment activity.
+#[derive(Clone, Debug)]
+pub struct Upload {
+    pub name: String,
+    pub content_type: String,
+    pub bytes: Vec<u8>,
+}
+
 /// The authenticated user a request acts for.
 #[derive(Clone, Debug)]
 pub struct Viewer {

@@ -7,7 +7,7 @@ use super::principals::principal_kind;
 use super::{Result, Store, StoreError, fields_json, merge_fields, parse_fields, search_text};
 use crate::model::Kind;
 use crate::model::activity::{ActivityType, ParentKind};
-use crate::model::{FieldValues, Viewer};
+use crate::model::{FieldValues, Upload, Viewer};
 use crate::timefmt::now_secs;
 
 /// Where among its siblings an activity goes.
@@ -22,6 +22,8 @@ pub struct NewActivity {
     pub parent: i64,
     pub fields: FieldValues,
     pub place: Option<Place>,
+    /// The uploaded file of a file, photo or attachment activity.
+    pub upload: Option<Upload>,
 }
 
 #[derive(Default)]
@@ -31,6 +33,34 @@ pub struct ActivityChanges {
     pub place: Option<Place>,
     /// A new parent (record or activity).
     pub parent: Option<i64>,
+    /// A new file, replacing the stored one.
+    pub upload: Option<Upload>,
+}
+
+/// A file's stored description (its content is read separately).
+#[derive(Clone, Debug)]
+pub struct FileInfo {
+    pub name: String,
+    pub content_type: String,
+    pub size: i64,
+}
+
+/// A file to download: description and content.
+pub struct FileContent {
+    pub info: FileInfo,
+    pub content: Vec<u8>,
+}
+
+fn store_file(tx: &Transaction<'_>, item: i64, upload: &Upload) -> Result<()> {
+    use sha2::{Digest, Sha256};
+    let sha = Sha256::digest(&upload.bytes).to_vec();
+    tx.prepare_cached(
+        "INSERT INTO files (item_id, name, content_type, size, sha256, content) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (item_id) DO UPDATE SET name = excluded.name, content_type = excluded.content_type,
+             size = excluded.size, sha256 = excluded.sha256, content = excluded.content",
+    )?
+    .execute((item, &upload.name, &upload.content_type, upload.bytes.len() as i64, sha, &upload.bytes))?;
+    Ok(())
 }
 
 pub struct CreatedActivity {
@@ -147,8 +177,9 @@ impl Store {
             let title = new.kind.title(&new.fields);
             tx.prepare_cached(
                 "INSERT INTO items (org, typeid, record_id, parent, ownership, name, fields, search, position, level,
-                                    due, completed, created, updated, creator, modificator)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?14)",
+                                    due, completed, completed_at, created, updated, creator, modificator)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, CASE WHEN ?12 THEN ?13 END, ?13, ?13,
+                         ?14, ?14)",
             )?
             .execute((
                 &viewer.org,
@@ -161,12 +192,16 @@ impl Store {
                 search_text(&title, &new.fields),
                 position,
                 parent.level + 1,
-                new.kind.due(&new.fields),
+                new.kind.date(&new.fields),
                 ActivityType::completed(&new.fields),
                 now,
                 viewer.user_id,
             ))?;
-            Ok(CreatedActivity { id: tx.last_insert_rowid(), created: now })
+            let id = tx.last_insert_rowid();
+            if let Some(upload) = &new.upload {
+                store_file(tx, id, upload)?;
+            }
+            Ok(CreatedActivity { id, created: now })
         })
     }
 
@@ -224,20 +259,44 @@ impl Store {
             let title = kind.title(&fields);
             tx.execute(
                 "UPDATE items SET name = ?2, fields = ?3, search = ?4, due = ?5, completed = ?6, updated = ?7,
-                                  modificator = ?8
+                                  modificator = ?8,
+                                  completed_at = CASE WHEN NOT ?6 THEN NULL WHEN completed = 0 THEN ?7
+                                                      ELSE completed_at END
                  WHERE id = ?1",
                 (
                     id,
                     &title,
                     fields_json(&fields),
                     search_text(&title, &fields),
-                    kind.due(&fields),
+                    kind.date(&fields),
                     ActivityType::completed(&fields),
                     now_secs(),
                     viewer.user_id,
                 ),
             )?;
+            if let Some(upload) = &changes.upload {
+                store_file(tx, id, upload)?;
+            }
             Ok(record_id)
+        })
+    }
+
+    /// The file of a live activity of the given type the viewer may see.
+    pub fn activity_file(&self, viewer: &Viewer, kind: ActivityType, id: i64) -> Result<FileContent> {
+        self.read(|tx| {
+            let node = load_node(tx, viewer, id)?;
+            if node.is_record || node.typeid != kind.typeid() {
+                return Err(StoreError::NotFound);
+            }
+            tx.prepare_cached("SELECT name, content_type, size, content FROM files WHERE item_id = ?1")?
+                .query_row([id], |r| {
+                    Ok(FileContent {
+                        info: FileInfo { name: r.get(0)?, content_type: r.get(1)?, size: r.get(2)? },
+                        content: r.get(3)?,
+                    })
+                })
+                .optional()?
+                .ok_or(StoreError::NotFound)
         })
     }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, ToSql, Transaction};
 
+use super::activities::FileInfo;
 use super::principals::{owner_ids_json, principal_kind};
 use super::{
     Result, SEARCH_SEPARATOR, Store, StoreError, fields_json, json_ids, merge_fields, parse_fields, search_text,
@@ -63,6 +64,8 @@ pub struct ActivityRow {
     pub creator_name: String,
     pub modificator_id: i64,
     pub modificator_name: String,
+    /// The stored file of a file, photo or attachment activity.
+    pub file: Option<FileInfo>,
 }
 
 pub struct RecordDetail {
@@ -470,8 +473,9 @@ fn like_escape(value: &str) -> String {
 
 fn filter_sql(filter: &Filter, conditions: &mut Vec<String>, params: &mut Vec<(&'static str, Value)>) {
     let mut push = |sql: &str| conditions.push(sql.to_string());
+    // Open, dated tasks (14) and follow-ups (6).
     let open_due = "EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
-                    AND a.archived IS NULL AND a.completed = 0 AND a.due IS NOT NULL AND";
+                    AND a.archived IS NULL AND a.typeid IN (14, 6) AND a.completed = 0 AND a.due IS NOT NULL AND";
     match filter {
         Filter::None | Filter::Archived => {}
         Filter::Flagged => push("i.flagged = 1"),
@@ -751,8 +755,10 @@ fn related_of(tx: &Transaction<'_>, viewer: &Viewer, item: i64) -> Result<Vec<Re
 pub(super) fn activities_of(tx: &Transaction<'_>, record: i64) -> Result<Vec<ActivityRow>> {
     let mut stmt = tx.prepare_cached(
         "SELECT i.id, i.typeid, i.parent, i.level, i.position, i.name, i.fields, i.flagged, i.created, i.updated,
-                i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, '')
+                i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, ''),
+                f.name, f.content_type, f.size
          FROM items i LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator
+              LEFT JOIN files f ON f.item_id = i.id
          WHERE i.record_id = ?1 AND i.parent IS NOT NULL AND i.archived IS NULL
          ORDER BY i.position, i.id",
     )?;
@@ -774,6 +780,10 @@ pub(super) fn activities_of(tx: &Transaction<'_>, record: i64) -> Result<Vec<Act
                 creator_name: r.get(12)?,
                 modificator_id: r.get(13)?,
                 modificator_name: r.get(14)?,
+                file: match r.get::<_, Option<String>>(15)? {
+                    Some(name) => Some(FileInfo { name, content_type: r.get(16)?, size: r.get(17)? }),
+                    None => None,
+                },
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;

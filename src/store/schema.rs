@@ -47,8 +47,9 @@ CREATE TABLE items (
     flagged     INTEGER NOT NULL DEFAULT 0,
     position    INTEGER NOT NULL DEFAULT 0,
     level       INTEGER NOT NULL DEFAULT 0,
-    due         TEXT,                                          -- dated, open tasks and follow-ups
+    due         TEXT,                                          -- activities: their date (YYYY-MM-DD), see model
     completed   INTEGER NOT NULL DEFAULT 0,
+    completed_at INTEGER,                                      -- when `completed` last became 1
     created     INTEGER NOT NULL,
     updated     INTEGER NOT NULL,
     viewed      INTEGER,
@@ -60,7 +61,10 @@ CREATE TABLE items (
 CREATE INDEX items_records ON items (org, typeid, archived, name COLLATE NOCASE, id) WHERE parent IS NULL;
 CREATE INDEX items_parent ON items (parent, position) WHERE parent IS NOT NULL;
 CREATE INDEX items_record ON items (record_id) WHERE parent IS NOT NULL;
-CREATE INDEX items_due ON items (org, due) WHERE due IS NOT NULL;
+-- Reports and the due filters: activities of a type by date, by creation, by change.
+CREATE INDEX items_due ON items (org, typeid, due) WHERE due IS NOT NULL;
+CREATE INDEX items_activity_created ON items (org, typeid, created) WHERE parent IS NOT NULL;
+CREATE INDEX items_activity_updated ON items (org, typeid, updated) WHERE parent IS NOT NULL;
 
 CREATE TABLE categories (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -88,6 +92,17 @@ CREATE TABLE relations (
     UNIQUE (item, related)
 );
 CREATE INDEX relations_related ON relations (related);
+
+-- Uploaded files of file, photo and attachment activities (the content lives in the database,
+-- written in the same transaction as the activity).
+CREATE TABLE files (
+    item_id      INTEGER PRIMARY KEY REFERENCES items(id),
+    name         TEXT NOT NULL,
+    content_type TEXT NOT NULL,
+    size         INTEGER NOT NULL,
+    sha256       BLOB NOT NULL,
+    content      BLOB NOT NULL
+);
 
 -- API calls per user per clock hour (hour = Unix seconds / 3600), written at intervals.
 CREATE TABLE quota (
