@@ -85,6 +85,10 @@ pub const LIST_FILTER_DAYS_MAX: u32 = 36_600;
 /// Fewest digits a `byphone` filter value must carry.
 pub const LIST_BYPHONE_DIGITS_MIN: usize = 3;
 
+/// Activities per report answer (`limit`): default and maximum.
+pub const REPORT_ROWS_DEFAULT: u32 = 500;
+pub const REPORT_ROWS_MAX: u32 = 5_000;
+
 // --- Quota ---------------------------------------------------------------------------------
 
 /// API calls per user per clock hour (`[api] quota_calls_per_hour`).

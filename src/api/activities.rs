@@ -9,8 +9,8 @@ use super::input::{Params, scalar_text};
 use super::output::Out;
 use super::{Ctx, Reply};
 use crate::limits;
-use crate::model::{FieldValues, Kind, Upload};
 use crate::model::activity::ActivityType;
+use crate::model::{FieldValues, Kind, Upload};
 use crate::store::{ActivityChanges, NewActivity, Place};
 use crate::timefmt;
 

@@ -28,8 +28,11 @@ pub enum BodyKind {
 #[derive(Debug, Default)]
 pub struct Body {
     pub params: Value,
-    pub uploads: Vec<(String, Upload)>,
+    pub uploads: Uploads,
 }
+
+/// Files a body carried, by form key.
+pub type Uploads = Vec<(String, Upload)>;
 
 /// Form keys whose value is a file's content, and the keys that may name that file.
 const FILE_KEYS: &[&str] = &["data[file]", "file"];
@@ -86,7 +89,7 @@ pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Body, ApiEr
 
 /// multipart/form-data: text parts become form parameters (with nested keys, as form data),
 /// parts with a file name become uploads.
-fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Vec<(String, Upload)>), ApiError> {
+fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Uploads), ApiError> {
     let boundary = multer::parse_boundary(content_type)
         .map_err(|e| ApiError::invalid_request(format!("multipart/form-data without a usable boundary: {e}")))?;
     let bytes = bytes::Bytes::copy_from_slice(body);
@@ -106,8 +109,10 @@ fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Vec<(Strin
             let name = field.name().unwrap_or("").to_string();
             match field.file_name().map(str::to_string) {
                 Some(file_name) => {
-                    let content_type =
-                        field.content_type().map(|m| m.to_string()).unwrap_or_else(|| "application/octet-stream".into());
+                    let content_type = field
+                        .content_type()
+                        .map(|m| m.to_string())
+                        .unwrap_or_else(|| "application/octet-stream".into());
                     let bytes = field.bytes().await.map_err(bad)?;
                     uploads.push((name, Upload { name: file_name, content_type, bytes: bytes.to_vec() }));
                 }
@@ -130,7 +135,7 @@ fn one_chunk(bytes: bytes::Bytes) -> impl futures_util::Stream<Item = Result<byt
 
 /// Form data: the values of `data[file]` (or `file`) are file contents, as bytes (they need not
 /// be UTF-8); `data[filename]` names them. Returns the remaining form text and the files.
-fn take_form_files(body: &[u8]) -> Result<(Vec<u8>, Vec<(String, Upload)>), ApiError> {
+fn take_form_files(body: &[u8]) -> Result<(Vec<u8>, Uploads), ApiError> {
     let decode_key = |raw: &[u8]| -> String {
         form_urlencoded::parse(&[raw, b"=".as_slice()].concat()).next().map(|(k, _)| k.into_owned()).unwrap_or_default()
     };
@@ -160,8 +165,11 @@ fn take_form_files(body: &[u8]) -> Result<(Vec<u8>, Vec<(String, Upload)>), ApiE
     let uploads = contents
         .into_iter()
         .map(|(key, bytes)| {
-            let upload =
-                Upload { name: name.clone().unwrap_or_else(|| "file".into()), content_type: "application/octet-stream".into(), bytes };
+            let upload = Upload {
+                name: name.clone().unwrap_or_else(|| "file".into()),
+                content_type: "application/octet-stream".into(),
+                bytes,
+            };
             (key, upload)
         })
         .collect();
@@ -417,13 +425,53 @@ pub fn ids_under(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
     Ok(out)
 }
 
+/// Field names from `a,b` or an array.
+pub fn name_list(v: &Value, what: &str) -> Result<Vec<String>, ApiError> {
+    let mut out = Vec::new();
+    let mut push = |s: &str| {
+        for part in s.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            out.push(part.to_string());
+        }
+    };
+    match v {
+        Value::Array(items) => {
+            for i in items {
+                push(&scalar_text(i).ok_or_else(|| ApiError::invalid_parameter(what, "must be names or ids"))?);
+            }
+        }
+        other => push(&scalar_text(other).ok_or_else(|| ApiError::invalid_parameter(what, "must be names or ids"))?),
+    }
+    Ok(out)
+}
+
+/// Integer ids from `1,2,3`, a number or an array.
+pub fn id_list(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
+    let names = name_list(v, what)?;
+    names
+        .iter()
+        .map(|s| {
+            s.parse::<i64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| ApiError::invalid_parameter(what, format!("{s:?} is not an id")))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|ids| {
+            if ids.len() > limits::REFERENCES_PER_REQUEST_MAX {
+                Err(ApiError::invalid_parameter(what, "too many ids"))
+            } else {
+                Ok(ids)
+            }
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     fn check(ct: Option<&str>, body: &str, expected: Value) {
-        assert_eq!(parse_body(ct, body.as_bytes()).unwrap(), expected, "body: {body}");
+        assert_eq!(parse_body(ct, body.as_bytes()).unwrap().params, expected, "body: {body}");
     }
 
     #[test]
@@ -464,6 +512,20 @@ mod tests {
         }
         let deep = format!("{}{}", "<a>".repeat(100), "</a>".repeat(100));
         assert!(parse_body(None, deep.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn form_files_are_bytes() {
+        let body = parse_body(
+            Some("application/x-www-form-urlencoded"),
+            b"parent=5&data%5Bfile%5D=%00%FF+x&data%5Bfilename%5D=a%20b.bin&data%5Bcaption%5D=c",
+        )
+        .unwrap();
+        assert_eq!(body.params, json!({"parent": "5", "data": {"caption": "c"}}));
+        assert_eq!(body.uploads.len(), 1);
+        assert_eq!(body.uploads[0].0, "data[file]");
+        assert_eq!(body.uploads[0].1.bytes, vec![0, 0xff, b' ', b'x']);
+        assert_eq!(body.uploads[0].1.name, "a b.bin");
     }
 
     #[test]

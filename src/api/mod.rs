@@ -8,6 +8,7 @@ pub mod error;
 pub mod input;
 pub mod output;
 mod records;
+mod reports;
 
 use std::sync::Arc;
 
@@ -275,16 +276,15 @@ fn is_id(s: &str) -> bool {
 }
 
 fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Answer, ApiError> {
-    if let [segment, activity, id, "file"] = segments(path).as_slice() {
-        if let (Some(_), Some(kind), true) =
+    if let [segment, activity, id, "file"] = segments(path).as_slice()
+        && let (Some(_), Some(kind), true) =
             (RecordType::from_segment(segment), ActivityType::from_segment(activity), is_id(id))
-        {
-            let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
-            return match *method {
-                Method::GET => activities::download(ctx, kind, id).map(Answer::File),
-                _ => Err(ApiError::method_not_allowed(&["GET"])),
-            };
-        }
+    {
+        let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
+        return match *method {
+            Method::GET => activities::download(ctx, kind, id).map(Answer::File),
+            _ => Err(ApiError::method_not_allowed(&["GET"])),
+        };
     }
     route_doc(ctx, method, path).map(Answer::Doc)
 }
@@ -300,6 +300,21 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiErr
             Method::GET => records::ownership(ctx),
             _ => allow(&["GET"]),
         },
+        ["report", name] => {
+            let report = match *name {
+                "nextactions" => reports::nextactions,
+                "followups" => reports::followups,
+                "opportunities" => reports::opportunities,
+                "activities" => reports::activities,
+                "timetracking" => reports::timetracking,
+                "calendar" => reports::calendar,
+                _ => return Err(ApiError::no_such_path(path)),
+            };
+            match *method {
+                Method::GET => report(ctx),
+                _ => allow(&["GET"]),
+            }
+        }
         [segment, rest @ ..] => {
             let Some(rt) = RecordType::from_segment(segment) else {
                 return Err(ApiError::no_such_path(path));
@@ -380,8 +395,11 @@ pub fn render_reply(format: &Format, reply: Reply, quota_value: String) -> Respo
 
 fn render_download(file: Download, quota_value: String) -> Response {
     // The name as a plain-ASCII fallback and in RFC 5987 form for everything else.
-    let ascii: String =
-        file.name.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
+    let ascii: String = file
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' })
+        .collect();
     let encoded = percent_encoding::utf8_percent_encode(&file.name, percent_encoding::NON_ALPHANUMERIC).to_string();
     Response {
         status: 200,

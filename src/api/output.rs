@@ -67,6 +67,20 @@ impl Out {
         }
     }
 
+    /// Adds a member with one attribute: `<name attr="..">value</name>` in XML, `name` and a
+    /// sibling `name_attr` in JSON.
+    pub fn push_attr(
+        &mut self,
+        name: impl Into<Cow<'static, str>>,
+        attr: &'static str,
+        attr_value: String,
+        value: Out,
+    ) {
+        if let Out::Map(members) = self {
+            members.push(Member { xml: name.into(), json: None, attrs: vec![(attr, attr_value)], value });
+        }
+    }
+
     /// `1` or empty, the interface's way of writing a flag.
     pub fn flag(on: bool) -> Out {
         Out::Text(if on { "1".into() } else { String::new() })
@@ -177,10 +191,10 @@ fn members_to_json(members: &[Member]) -> Value {
     let mut map = Map::with_capacity(members.len());
     for m in members {
         let key = m.json.clone().unwrap_or_else(|| m.xml.to_string());
+        map.insert(key.clone(), to_value(&m.value));
         for (attr, v) in &m.attrs {
             map.insert(format!("{key}_{attr}"), Value::String(v.clone()));
         }
-        map.insert(key, to_value(&m.value));
     }
     Value::Object(map)
 }
@@ -221,7 +235,7 @@ mod tests {
         );
         assert_eq!(
             to_json(&members),
-            r#"{"categories":[{"id":5}],"empty":"","assignedto_cn":"Ann <Lee>","assignedto":"12","131":{"name":"A & B"}}"#
+            r#"{"categories":[{"id":5}],"empty":"","assignedto":"12","assignedto_cn":"Ann <Lee>","131":{"name":"A & B"}}"#
         );
         let bad = to_xml(&[Member { xml: "x".into(), json: None, attrs: vec![], value: Out::text("a\u{1}b") }]);
         assert!(bad.contains("<x>a\u{FFFD}b</x>"));

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::input::{Params, ids_under, scalar_text};
+use super::input::{Params, id_list, ids_under, name_list, scalar_text};
 use super::output::Out;
 use super::{Ctx, Reply};
 use crate::limits;
@@ -51,7 +51,7 @@ fn record_fields_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
     fields
 }
 
-fn item_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
+pub(super) fn item_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
     Out::map()
         .with("id", Out::Int(r.id))
         .with("name", Out::text(r.name.clone()))
@@ -162,7 +162,10 @@ pub fn delete(ctx: &Ctx<'_>, rt: RecordType, id: i64) -> Result<Reply, ApiError>
 /// and `relateditems` (add, remove). Any other key is an unknown field.
 fn record_input(ctx: &Ctx<'_>, rt: RecordType, body: &Value) -> Result<RecordChanges, ApiError> {
     if let Some((key, _)) = ctx.uploads.first() {
-        return Err(ApiError::invalid_value(key, "records take no files; files belong to file, photo and attachment activities"));
+        return Err(ApiError::invalid_value(
+            key,
+            "records take no files; files belong to file, photo and attachment activities",
+        ));
     }
     let mut changes = RecordChanges::default();
     let Value::Object(map) = body else {
@@ -382,46 +385,6 @@ fn list_query(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<(ListQuer
         ListQuery { record_type: rt, filter, search, sort, descending, limit, start, with_categories },
         Layout { fields, categories: with_categories },
     ))
-}
-
-/// Field names from `a,b` or an array.
-fn name_list(v: &Value, what: &str) -> Result<Vec<String>, ApiError> {
-    let mut out = Vec::new();
-    let mut push = |s: &str| {
-        for part in s.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            out.push(part.to_string());
-        }
-    };
-    match v {
-        Value::Array(items) => {
-            for i in items {
-                push(&scalar_text(i).ok_or_else(|| ApiError::invalid_parameter(what, "must be field names"))?);
-            }
-        }
-        other => push(&scalar_text(other).ok_or_else(|| ApiError::invalid_parameter(what, "must be field names"))?),
-    }
-    Ok(out)
-}
-
-/// Integer ids from `1,2,3`, a number or an array.
-fn id_list(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
-    let names = name_list(v, what)?;
-    names
-        .iter()
-        .map(|s| {
-            s.parse::<i64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| ApiError::invalid_parameter(what, format!("{s:?} is not an id")))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|ids| {
-            if ids.len() > limits::REFERENCES_PER_REQUEST_MAX {
-                Err(ApiError::invalid_parameter(what, "too many ids"))
-            } else {
-                Ok(ids)
-            }
-        })
 }
 
 const FILTERMODES: &str = "flagged, assigned, nocategory, viewed, created, updated, updatedafter, notviewed, \

@@ -13,6 +13,7 @@ mod maintenance;
 mod principals;
 mod quota;
 mod records;
+mod reports;
 mod schema;
 
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ pub use records::{
     ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow, RelatedItem, Search,
     SearchMode, SortField,
 };
+pub use reports::{Assignee, Billing, DateCondition, ReportOrder, ReportQuery, ReportRow, Stamp};
 
 /// What went wrong in the store, in terms a caller can act on.
 #[derive(Debug)]

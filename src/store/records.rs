@@ -191,12 +191,12 @@ const EMAIL_ACTIVITY_TYPEIDS: &str = "(90, 88)";
 /// Typeid of companies, for the `company` column.
 const COMPANY_TYPEID: i64 = 40;
 
-const RECORD_COLUMNS: &str = "i.id, i.typeid, i.name, i.fields, i.ownership, i.flagged, i.created, i.updated, \
+pub(super) const RECORD_COLUMNS: &str = "i.id, i.typeid, i.name, i.fields, i.ownership, i.flagged, i.created, i.updated, \
      i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, '')";
-const AUDIT_JOINS: &str =
+pub(super) const AUDIT_JOINS: &str =
     "LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator";
 
-fn record_from_row(row: &Row<'_>) -> rusqlite::Result<RecordRow> {
+pub(super) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<RecordRow> {
     let typeid: i64 = row.get(1)?;
     Ok(RecordRow {
         id: row.get(0)?,
@@ -452,7 +452,10 @@ impl Store {
 }
 
 /// Binds the named parameters the statement actually uses.
-fn bind<'a>(stmt: &rusqlite::Statement<'_>, params: &'a [(&'static str, Value)]) -> Vec<(&'a str, &'a dyn ToSql)> {
+pub(super) fn bind<'a>(
+    stmt: &rusqlite::Statement<'_>,
+    params: &'a [(&'static str, Value)],
+) -> Vec<(&'a str, &'a dyn ToSql)> {
     params
         .iter()
         .filter(|(name, _)| stmt.parameter_index(name).ok().flatten().is_some())
