@@ -207,23 +207,23 @@ impl Store {
                 cond.push("(a.due IS NOT NULL OR a.typeid NOT IN (SELECT value FROM json_each(:dated)))".into());
             }
             let where_sql = cond.join(" AND ");
-            let from_sql = "FROM items a JOIN items p ON p.id = a.parent JOIN items r ON r.id = a.record_id";
-
             let count: i64 = {
-                let sql = format!("SELECT count(*) {from_sql} WHERE {where_sql}");
+                let sql = format!("SELECT count(*) FROM items a JOIN items r ON r.id = a.record_id WHERE {where_sql}");
                 let mut stmt = tx.prepare_cached(&sql)?;
                 let bound = bind(&stmt, &params);
                 stmt.query_row(bound.as_slice(), |r| r.get(0))?
             };
             let order = match q.order {
                 ReportOrder::Date => "a.due IS NULL, a.due, a.id",
-                ReportOrder::Recent => "max(a.created, a.updated) DESC, a.id DESC",
+                // `updated` is never before `created`: the latest change first.
+                ReportOrder::Recent => "a.updated DESC, a.id DESC",
             };
             let sql = format!(
                 "SELECT a.id, a.typeid, a.name, a.fields, a.due, a.completed, a.created, a.updated, a.creator,
                         p.id, p.typeid, p.name, gp.id, gp.typeid, gp.name, r.id, r.typeid, r.name, r.ownership,
                         (SELECT count(*) FROM items c WHERE c.parent = a.id AND c.typeid = 91 AND c.archived IS NULL)
-                 {from_sql} LEFT JOIN items gp ON gp.id = p.parent
+                 FROM items a JOIN items p ON p.id = a.parent JOIN items r ON r.id = a.record_id
+                      LEFT JOIN items gp ON gp.id = p.parent
                  WHERE {where_sql}
                  ORDER BY {order}
                  LIMIT :limit OFFSET :start"
