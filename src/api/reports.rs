@@ -203,6 +203,14 @@ impl<'a> Common<'a> {
         out
     }
 
+    /// A report of activity entries (nextactions, followups, activities, calendar).
+    fn activity_list(&self, q: &ReportQuery, list: &'static str, item: &'static str) -> Result<Reply, ApiError> {
+        let (rows, count) = self.run(q)?;
+        let items = self.items(&rows, self.itemsdata()?)?;
+        let entries = rows.iter().map(|r| self.entry(r, &items)).collect();
+        Ok(self.doc(list, item, entries, count))
+    }
+
     fn doc(&self, list: &'static str, item: &'static str, entries: Vec<Out>, count: u64) -> Reply {
         Reply::ok(
             Out::map()
@@ -254,10 +262,7 @@ pub fn nextactions(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     q.date = c.due()?;
     // A task list is a milestone only when it has a date.
     q.dated_typeids = vec![TASKLIST];
-    let (rows, count) = c.run(&q)?;
-    let items = c.items(&rows, c.itemsdata()?)?;
-    let entries = rows.iter().map(|r| c.entry(r, &items)).collect();
-    Ok(c.doc("nextactions", "nextaction", entries, count))
+    c.activity_list(&q, "nextactions", "nextaction")
 }
 
 /// Open follow-ups; `responsible` is the follow-up's assignee.
@@ -267,10 +272,7 @@ pub fn followups(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     q.open_only = true;
     q.assignee = Some(("assignedto", c.assignee("responsible")?));
     q.date = c.due()?;
-    let (rows, count) = c.run(&q)?;
-    let items = c.items(&rows, c.itemsdata()?)?;
-    let entries = rows.iter().map(|r| c.entry(r, &items)).collect();
-    Ok(c.doc("followups", "followup", entries, count))
+    c.activity_list(&q, "followups", "followup")
 }
 
 /// Deals: `filter` is the deal's responsible user or group, `status` its status (lower case,
@@ -365,10 +367,7 @@ pub fn activities(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
         q.categories = id_list(v, "categories")?;
     }
     q.itemtypes = c.itemtypes()?;
-    let (rows, count) = c.run(&q)?;
-    let items = c.items(&rows, c.itemsdata()?)?;
-    let entries = rows.iter().map(|r| c.entry(r, &items)).collect();
-    Ok(c.doc("activities", "activity", entries, count))
+    c.activity_list(&q, "activities", "activity")
 }
 
 /// Time records dated between `start` and `end`; `filter` invoiced, billable or non-billable.
@@ -441,8 +440,5 @@ pub fn calendar(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let (start, end) = c.dates(today, today.checked_add(jiff::Span::new().days(30)).unwrap_or(today))?;
     let mut q = query(vec![TASK, FOLLOWUP, 4], ReportOrder::Date, c.paging()?);
     q.date = Some(DateCondition::Between(start.to_string(), end.to_string()));
-    let (rows, count) = c.run(&q)?;
-    let items = c.items(&rows, c.itemsdata()?)?;
-    let entries = rows.iter().map(|r| c.entry(r, &items)).collect();
-    Ok(c.doc("calendar", "entry", entries, count))
+    c.activity_list(&q, "calendar", "entry")
 }
