@@ -45,6 +45,7 @@ pub struct RawConfig {
     pub api: RawApi,
     pub site: RawSite,
     pub log: RawLog,
+    pub webhooks: RawWebhooks,
     pub organizations: Vec<RawOrganization>,
     pub fields: Vec<RawField>,
 }
@@ -86,6 +87,17 @@ pub struct RawSite {
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
+pub struct RawWebhooks {
+    pub retry_delays_s: Option<Vec<u64>>,
+    pub connect_timeout_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub workers: Option<usize>,
+    pub backlog_max: Option<u64>,
+    pub retention_days: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RawLog {
     pub level: Option<String>,
 }
@@ -122,6 +134,7 @@ pub struct Config {
     pub api: ApiConfig,
     pub site: SiteConfig,
     pub log: LogConfig,
+    pub webhooks: WebhooksConfig,
     pub organizations: Vec<Organization>,
     pub fields: Arc<Vec<CustomField>>,
 }
@@ -163,6 +176,16 @@ pub struct ApiConfig {
 pub struct SiteConfig {
     pub timezone_name: String,
     pub timezone: jiff::tz::TimeZone,
+}
+
+#[derive(Debug, Clone)]
+pub struct WebhooksConfig {
+    pub retry_delays_s: Vec<u64>,
+    pub connect_timeout_ms: u64,
+    pub timeout_ms: u64,
+    pub workers: usize,
+    pub backlog_max: u64,
+    pub retention_days: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -363,6 +386,60 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         .parse::<log::LevelFilter>()
         .map_err(|_| ConfigError::new("log.level", "must be one of off, error, warn, info, debug, trace"))?;
 
+    // [webhooks]
+    let w = &raw.webhooks;
+    let retry_delays_s = w.retry_delays_s.clone().unwrap_or_else(|| limits::WEBHOOK_RETRY_DELAYS_S_DEFAULT.to_vec());
+    if retry_delays_s.len() > limits::WEBHOOK_RETRIES_MAX
+        || retry_delays_s.iter().any(|d| *d == 0 || *d > limits::WEBHOOK_RETRY_DELAY_S_MAX)
+    {
+        return Err(ConfigError::new(
+            "webhooks.retry_delays_s",
+            format!(
+                "at most {} delays, each from 1 to {} seconds",
+                limits::WEBHOOK_RETRIES_MAX,
+                limits::WEBHOOK_RETRY_DELAY_S_MAX
+            ),
+        ));
+    }
+    let webhooks = WebhooksConfig {
+        retry_delays_s,
+        connect_timeout_ms: bounded(
+            "webhooks.connect_timeout_ms",
+            w.connect_timeout_ms,
+            limits::WEBHOOK_CONNECT_TIMEOUT_MS_DEFAULT,
+            limits::HTTP_TIMEOUT_MS_FLOOR,
+            limits::HTTP_TIMEOUT_MS_CEILING,
+        )?,
+        timeout_ms: bounded(
+            "webhooks.timeout_ms",
+            w.timeout_ms,
+            limits::WEBHOOK_TIMEOUT_MS_DEFAULT,
+            limits::HTTP_TIMEOUT_MS_FLOOR,
+            limits::HTTP_TIMEOUT_MS_CEILING,
+        )?,
+        workers: bounded(
+            "webhooks.workers",
+            w.workers,
+            limits::WEBHOOK_WORKERS_DEFAULT,
+            1,
+            limits::WEBHOOK_WORKERS_CEILING,
+        )?,
+        backlog_max: bounded(
+            "webhooks.backlog_max",
+            w.backlog_max,
+            limits::WEBHOOK_BACKLOG_MAX_DEFAULT,
+            1,
+            limits::WEBHOOK_BACKLOG_MAX_CEILING,
+        )?,
+        retention_days: bounded(
+            "webhooks.retention_days",
+            w.retention_days,
+            limits::WEBHOOK_RETENTION_DAYS_DEFAULT,
+            1,
+            limits::WEBHOOK_RETENTION_DAYS_CEILING,
+        )?,
+    };
+
     // [[organizations]]
     let mut organizations = Vec::new();
     for (i, org) in raw.organizations.iter().enumerate() {
@@ -438,6 +515,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         api: ApiConfig { quota_calls_per_hour },
         site: SiteConfig { timezone_name, timezone },
         log: LogConfig { level },
+        webhooks,
         organizations,
         fields: Arc::new(fields),
     })
@@ -487,6 +565,14 @@ impl Config {
             api: RawApi { quota_calls_per_hour: Some(self.api.quota_calls_per_hour) },
             site: RawSite { timezone: Some(self.site.timezone_name.clone()) },
             log: RawLog { level: Some(self.log.level.to_string().to_lowercase()) },
+            webhooks: RawWebhooks {
+                retry_delays_s: Some(self.webhooks.retry_delays_s.clone()),
+                connect_timeout_ms: Some(self.webhooks.connect_timeout_ms),
+                timeout_ms: Some(self.webhooks.timeout_ms),
+                workers: Some(self.webhooks.workers),
+                backlog_max: Some(self.webhooks.backlog_max),
+                retention_days: Some(self.webhooks.retention_days),
+            },
             organizations: self
                 .organizations
                 .iter()

@@ -89,6 +89,37 @@ pub const LIST_BYPHONE_DIGITS_MIN: usize = 3;
 pub const REPORT_ROWS_DEFAULT: u32 = 500;
 pub const REPORT_ROWS_MAX: u32 = 5_000;
 
+// --- Webhooks ------------------------------------------------------------------------------
+
+/// Delays before the retries of a failed delivery (`[webhooks] retry_delays_s`): four retries.
+pub const WEBHOOK_RETRY_DELAYS_S_DEFAULT: [u64; 4] = [60, 300, 1800, 7200];
+pub const WEBHOOK_RETRIES_MAX: usize = 10;
+pub const WEBHOOK_RETRY_DELAY_S_MAX: u64 = 7 * 86_400;
+/// Connecting to a receiver (`[webhooks] connect_timeout_ms`) and the whole exchange
+/// (`[webhooks] timeout_ms`).
+pub const WEBHOOK_CONNECT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+pub const WEBHOOK_TIMEOUT_MS_DEFAULT: u64 = 15_000;
+/// Deliveries sent at once, each to a different hook (`[webhooks] workers`).
+pub const WEBHOOK_WORKERS_DEFAULT: usize = 4;
+pub const WEBHOOK_WORKERS_CEILING: usize = 64;
+/// Pending deliveries of one hook above which it is paused (`[webhooks] backlog_max`).
+pub const WEBHOOK_BACKLOG_MAX_DEFAULT: u64 = 10_000;
+pub const WEBHOOK_BACKLOG_MAX_CEILING: u64 = 10_000_000;
+/// Days delivered and failed deliveries are kept (`[webhooks] retention_days`).
+pub const WEBHOOK_RETENTION_DAYS_DEFAULT: u64 = 7;
+pub const WEBHOOK_RETENTION_DAYS_CEILING: u64 = 3_650;
+/// Largest delivery body.
+pub const WEBHOOK_BODY_BYTES_MAX: usize = 1024 * 1024;
+/// Bytes of a receiver's answer read (and kept as the error of a failed attempt).
+pub const WEBHOOK_RESPONSE_BYTES_MAX: u64 = 64 * 1024;
+pub const WEBHOOK_ERROR_CHARS_MAX: usize = 500;
+/// How often the delivery worker looks for due deliveries when nothing wakes it.
+pub const WEBHOOK_POLL_INTERVAL_MS: u64 = 1_000;
+/// Deliveries listed by `/hooks/{id}/deliveries` at most.
+pub const WEBHOOK_DELIVERIES_LISTED_MAX: u32 = 1_000;
+/// Bytes of a hook's url, title or secret.
+pub const WEBHOOK_TEXT_BYTES_MAX: usize = 2_048;
+
 // --- Quota ---------------------------------------------------------------------------------
 
 /// API calls per user per clock hour (`[api] quota_calls_per_hour`).

@@ -18,6 +18,7 @@ mod service;
 mod store;
 mod systemd;
 mod timefmt;
+mod webhooks;
 
 use std::process::ExitCode;
 

@@ -21,6 +21,11 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabels {
     pub listener: &'static str,
 }
@@ -37,6 +42,9 @@ pub struct Metrics {
     pub uptime_seconds: Gauge<i64, AtomicI64>,
     pub database_bytes: Gauge<i64, AtomicI64>,
     pub viewed_dropped: Gauge<i64, AtomicI64>,
+    pub webhook_attempts: Family<OutcomeLabels, Counter>,
+    pub webhook_pending: Gauge<i64, AtomicI64>,
+    pub webhook_failed: Gauge<i64, AtomicI64>,
 }
 
 /// Request latency buckets, seconds: 0.25 ms to ~4 s.
@@ -81,8 +89,21 @@ impl Metrics {
             "Viewed stamps dropped since start because their buffer was full",
             viewed_dropped.clone(),
         );
+        let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "webhook_attempts",
+            "Webhook delivery attempts, by outcome (delivered, retry, failed)",
+            webhook_attempts.clone(),
+        );
+        let webhook_pending = Gauge::<i64, AtomicI64>::default();
+        registry.register("webhook_pending", "Webhook deliveries waiting to be sent", webhook_pending.clone());
+        let webhook_failed = Gauge::<i64, AtomicI64>::default();
+        registry.register("webhook_failed", "Webhook deliveries that failed for good (kept)", webhook_failed.clone());
         Metrics {
             registry,
+            webhook_attempts,
+            webhook_pending,
+            webhook_failed,
             started: Instant::now(),
             requests,
             request_seconds,

@@ -154,6 +154,21 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     }
     drop(shared);
 
+    let wake = crate::webhooks::Deliverer::channel();
+    let wake_tx = wake.0.clone();
+    store.set_outbox(crate::store::Outbox {
+        render: Arc::new(crate::api::webhooks::Payloads { fields: Arc::clone(&config.fields) }),
+        backlog_max: i64::try_from(config.webhooks.backlog_max).unwrap_or(i64::MAX),
+        body_bytes_max: limits::WEBHOOK_BODY_BYTES_MAX,
+        wake: Arc::new(move || {
+            let _ = wake_tx.try_send(());
+        }),
+    });
+    let deliverer =
+        crate::webhooks::Deliverer::start(Arc::clone(&store), config.webhooks.clone(), Arc::clone(&metrics), wake)
+            .map_err(|e| ServeError::Io(format!("cannot start webhook delivery: {e}")))?;
+    deliverer.wake();
+
     let flusher = Flusher::start(Arc::clone(&app))?;
     if let Some(every) = systemd::watchdog_interval() {
         runtime.spawn(watchdog(every, Arc::clone(&store), Arc::clone(&notifier)));
@@ -181,8 +196,10 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             let _ = s.await;
         }
     });
-    // 2. Workers finish what is queued, then stop.
+    // 2. Workers finish what is queued, then stop; webhook senders finish their attempts
+    //    (what is still pending waits in the outbox for the next start).
     pool.shutdown();
+    deliverer.stop();
     // 3. Buffered state (viewed stamps, quota counters) is written.
     flusher.stop();
     // 4. The write-ahead log goes into the database file.

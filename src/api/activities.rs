@@ -67,6 +67,12 @@ pub fn update(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiEr
     Ok(Reply::ok(Out::map()))
 }
 
+/// `POST /{segment}/{activity}/{id}/restore`: brings back a deleted activity (an extension).
+pub fn restore(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiError> {
+    ctx.app.store.restore_activity(&ctx.viewer, kind, id)?;
+    Ok(Reply::ok(Out::map()))
+}
+
 pub fn delete(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiError> {
     ctx.app.store.delete_activity(&ctx.viewer, kind, id)?;
     Ok(Reply::ok(Out::map()))

@@ -9,6 +9,7 @@ pub mod input;
 pub mod output;
 mod records;
 mod reports;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -221,10 +222,18 @@ impl App {
         let uptime = i64::try_from(self.metrics.uptime_secs()).unwrap_or(i64::MAX);
         match self.store.ping() {
             Ok(()) => {
+                let (pending, failed, paused) = self.store.delivery_summary().unwrap_or((0, 0, 0));
                 let doc = Out::map()
                     .with("health", Out::text("ok"))
                     .with("version", Out::text(env!("CARGO_PKG_VERSION")))
-                    .with("uptime_s", Out::Int(uptime));
+                    .with("uptime_s", Out::Int(uptime))
+                    .with(
+                        "webhooks",
+                        Out::map()
+                            .with("pending", Out::Int(pending))
+                            .with("failed", Out::Int(failed))
+                            .with("paused", Out::Int(paused)),
+                    );
                 render_reply(format, Reply::ok(doc), quota)
             }
             Err(e) => render_error(format, ApiError::unavailable(&e.to_string()), quota),
@@ -271,6 +280,10 @@ fn segments(path: &str) -> Vec<&str> {
     path.split('/').filter(|s| !s.is_empty()).collect()
 }
 
+fn parse_id(s: &str) -> Result<i64, ApiError> {
+    s.parse().map_err(|_| ApiError::item_not_found())
+}
+
 fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit())
 }
@@ -299,6 +312,28 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiErr
         ["ownership"] => match *method {
             Method::GET => records::ownership(ctx),
             _ => allow(&["GET"]),
+        },
+        ["hooks"] => match *method {
+            Method::GET => webhooks::list(ctx),
+            Method::POST => webhooks::create(ctx),
+            _ => allow(&["GET", "POST"]),
+        },
+        ["hooks", id] if is_id(id) => {
+            let id = parse_id(id)?;
+            match *method {
+                Method::GET => webhooks::show(ctx, id),
+                Method::PUT => webhooks::update(ctx, id),
+                Method::DELETE => webhooks::delete(ctx, id),
+                _ => allow(&["GET", "PUT", "DELETE"]),
+            }
+        }
+        ["hooks", id, "deliveries"] if is_id(id) => match *method {
+            Method::GET => webhooks::deliveries(ctx, parse_id(id)?),
+            _ => allow(&["GET"]),
+        },
+        ["hooks", id, "deliveries", delivery, "retry"] if is_id(id) && is_id(delivery) => match *method {
+            Method::POST => webhooks::retry(ctx, parse_id(id)?, parse_id(delivery)?),
+            _ => allow(&["POST"]),
         },
         ["report", name] => {
             let report = match *name {
@@ -350,6 +385,17 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiErr
                         _ => allow(&["POST"]),
                     }
                 }
+                [id, "restore"] if is_id(id) => match *method {
+                    Method::POST => records::restore(ctx, rt, parse_id(id)?),
+                    _ => allow(&["POST"]),
+                },
+                [activity, id, "restore"] if ActivityType::from_segment(activity).is_some() && is_id(id) => {
+                    let kind = ActivityType::from_segment(activity).ok_or_else(|| ApiError::no_such_path(path))?;
+                    match *method {
+                        Method::POST => activities::restore(ctx, kind, parse_id(id)?),
+                        _ => allow(&["POST"]),
+                    }
+                }
                 [activity, id] if ActivityType::from_segment(activity).is_some() && is_id(id) => {
                     let kind = ActivityType::from_segment(activity).ok_or_else(|| ApiError::no_such_path(path))?;
                     let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
@@ -366,7 +412,7 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiErr
     }
 }
 
-fn members(doc: Out) -> Vec<Member> {
+pub(crate) fn members(doc: Out) -> Vec<Member> {
     match doc {
         Out::Map(m) => m,
         other => vec![Member { xml: "result".into(), json: None, attrs: Vec::new(), value: other }],

@@ -92,12 +92,21 @@ impl Out {
 
 /// `<?xml ...?><response>members</response>`, indented by two spaces.
 pub fn to_xml(members: &[Member]) -> String {
+    to_xml_root("response", members)
+}
+
+/// The members inside a root element of the given name.
+pub fn to_xml_root(root: &str, members: &[Member]) -> String {
     let mut out = String::with_capacity(1024);
-    out.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<response>\n");
+    out.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<");
+    out.push_str(root);
+    out.push_str(">\n");
     for m in members {
         write_member(&mut out, m, 1);
     }
-    out.push_str("</response>\n");
+    out.push_str("</");
+    out.push_str(root);
+    out.push_str(">\n");
     out
 }
 
@@ -187,7 +196,12 @@ pub fn to_json(members: &[Member]) -> String {
     serde_json::to_string(&value).unwrap_or_else(|_| "{}".into())
 }
 
-fn members_to_json(members: &[Member]) -> Value {
+/// The members as form data with nested keys (`content[item][fields][firstname]=Ann`).
+pub fn to_form(members: &[Member]) -> String {
+    serde_qs::to_string(&members_to_json(members)).unwrap_or_default()
+}
+
+pub fn members_to_json(members: &[Member]) -> Value {
     let mut map = Map::with_capacity(members.len());
     for m in members {
         let key = m.json.clone().unwrap_or_else(|| m.xml.to_string());

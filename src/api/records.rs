@@ -7,11 +7,12 @@ use super::input::{Params, id_list, ids_under, name_list, scalar_text};
 use super::output::Out;
 use super::{Ctx, Reply};
 use crate::limits;
+use crate::model::CustomField;
 use crate::model::activity::ActivityType;
 use crate::model::{self, FieldDef, PrincipalKind, RecordType};
 use crate::store::{
-    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow, RelatedItem, Search,
-    SearchMode, SortField,
+    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordDetail, RecordRow,
+    RelatedItem, Search, SearchMode, SortField,
 };
 use crate::timefmt::{self, iso};
 
@@ -35,9 +36,9 @@ fn related_out(r: &RelatedItem) -> Out {
 }
 
 /// The `<fields>` of a record: every field of its type (empty when unset), then the audit fields.
-fn record_fields_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
+fn record_fields_out(custom: &[CustomField], r: &RecordRow) -> Out {
     let mut fields = Out::map();
-    for def in model::fields_of(r.record_type, &ctx.app.config.fields) {
+    for def in model::fields_of(r.record_type, custom) {
         let name = def.name();
         let value = r.fields.get(&name).cloned().unwrap_or_default();
         fields.push(name, Out::text(value));
@@ -51,7 +52,7 @@ fn record_fields_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
     fields
 }
 
-pub(super) fn item_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
+pub(super) fn item_out(custom: &[CustomField], r: &RecordRow) -> Out {
     Out::map()
         .with("id", Out::Int(r.id))
         .with("name", Out::text(r.name.clone()))
@@ -61,10 +62,10 @@ pub(super) fn item_out(ctx: &Ctx<'_>, r: &RecordRow) -> Out {
         .with("updated", Out::text(iso(r.updated)))
         .with("ownership", Out::Int(r.ownership))
         .with("flagged", Out::flag(r.flagged))
-        .with("fields", record_fields_out(ctx, r))
+        .with("fields", record_fields_out(custom, r))
 }
 
-fn activity_out(rt: RecordType, a: &ActivityRow) -> Out {
+pub(super) fn activity_out(rt: RecordType, a: &ActivityRow) -> Out {
     // Every field of the type in the table's order (empty when unset).
     let mut fields = Out::map();
     match ActivityType::from_typeid(a.typeid) {
@@ -112,15 +113,21 @@ fn show_doc(ctx: &Ctx<'_>, rt: RecordType, id: i64, viewed_now: Option<i64>) -> 
     if let Some(now) = viewed_now {
         detail.record.viewed = Some(now);
     }
+    Ok(detail_out(&ctx.app.config.fields, &detail))
+}
+
+/// A record with its activities, categories and related items, as Show (and a webhook) gives it.
+pub(super) fn detail_out(custom: &[CustomField], detail: &RecordDetail) -> Out {
+    let rt = detail.record.record_type;
     let mut activities = Out::map();
     for a in &detail.activities {
         activities.push_keyed(a.id, activity_out(rt, a));
     }
-    Ok(Out::map()
-        .with("item", item_out(ctx, &detail.record))
+    Out::map()
+        .with("item", item_out(custom, &detail.record))
         .with("activities", activities)
         .with("categories", Out::list("category", detail.categories.iter().map(category_out).collect()))
-        .with("relateditems", Out::list("relatedto", detail.related.iter().map(related_out).collect())))
+        .with("relateditems", Out::list("relatedto", detail.related.iter().map(related_out).collect()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -150,6 +157,12 @@ pub fn create(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
 pub fn update(ctx: &Ctx<'_>, rt: RecordType, id: i64) -> Result<Reply, ApiError> {
     let changes = record_input(ctx, rt, &ctx.body)?;
     ctx.app.store.update_record(&ctx.viewer, rt, id, changes)?;
+    Ok(Reply::ok(Out::map()))
+}
+
+/// `POST /{segment}/{id}/restore`: brings back a deleted record (an extension).
+pub fn restore(ctx: &Ctx<'_>, rt: RecordType, id: i64) -> Result<Reply, ApiError> {
+    ctx.app.store.restore_record(&ctx.viewer, rt, id)?;
     Ok(Reply::ok(Out::map()))
 }
 

@@ -147,7 +147,7 @@ impl<'a> Common<'a> {
         }
         let ids: Vec<i64> = rows.iter().map(|r| r.record_id).collect();
         let records = self.ctx.app.store.records_by_ids(&self.ctx.viewer, &ids)?;
-        Ok(records.iter().map(|(id, r)| (*id, item_out(self.ctx, r))).collect())
+        Ok(records.iter().map(|(id, r)| (*id, item_out(&self.ctx.app.config.fields, r))).collect())
     }
 
     /// A principal id with its display name as the `cn` attribute.

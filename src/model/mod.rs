@@ -4,6 +4,7 @@
 //! the store to rows, each explicitly.
 
 pub mod activity;
+pub mod hook;
 pub mod value;
 
 use std::collections::BTreeMap;

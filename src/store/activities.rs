@@ -3,10 +3,12 @@
 
 use rusqlite::{OptionalExtension, Transaction};
 
+use super::hooks::Target;
 use super::principals::principal_kind;
 use super::{Result, Store, StoreError, fields_json, merge_fields, parse_fields, search_text};
 use crate::model::Kind;
 use crate::model::activity::{ActivityType, ParentKind};
+use crate::model::hook::Event;
 use crate::model::{FieldValues, Upload, Viewer};
 use crate::timefmt::now_secs;
 
@@ -155,7 +157,7 @@ fn position_for(tx: &Transaction<'_>, parent: i64, place: Option<Place>, moving:
 
 impl Store {
     pub fn create_activity(&self, viewer: &Viewer, new: NewActivity) -> Result<CreatedActivity> {
-        self.write(|tx| {
+        self.write_emitting(|tx| {
             let parent = load_node(tx, viewer, new.parent)?;
             check_parent(new.kind, &parent)?;
             if new.kind.one_per_parent() {
@@ -201,7 +203,8 @@ impl Store {
             if let Some(upload) = &new.upload {
                 store_file(tx, id, upload)?;
             }
-            Ok(CreatedActivity { id, created: now })
+            let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesCreate], Target::Activity(new.kind, id))?;
+            Ok((CreatedActivity { id, created: now }, wrote))
         })
     }
 
@@ -213,7 +216,7 @@ impl Store {
         id: i64,
         changes: ActivityChanges,
     ) -> Result<i64> {
-        self.write(|tx| {
+        self.write_emitting(|tx| {
             let node = load_node(tx, viewer, id)?;
             if node.is_record || node.typeid != kind.typeid() {
                 return Err(StoreError::NotFound);
@@ -277,7 +280,8 @@ impl Store {
             if let Some(upload) = &changes.upload {
                 store_file(tx, id, upload)?;
             }
-            Ok(record_id)
+            let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesUpdate], Target::Activity(kind, id))?;
+            Ok((record_id, wrote))
         })
     }
 
@@ -303,18 +307,47 @@ impl Store {
     /// Archives an activity and everything under it, together (soft delete); returns its
     /// record id.
     pub fn delete_activity(&self, viewer: &Viewer, kind: ActivityType, id: i64) -> Result<i64> {
-        self.write(|tx| {
+        self.write_emitting(|tx| {
             let node = load_node(tx, viewer, id)?;
             if node.is_record || node.typeid != kind.typeid() {
                 return Err(StoreError::NotFound);
             }
+            let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesDelete], Target::Activity(kind, id))?;
             tx.execute(
                 "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id
                                              WHERE i.archived IS NULL)
                  UPDATE items SET archived = ?1, updated = ?2, modificator = ?3 WHERE id IN sub AND archived IS NULL",
                 (id, now_secs(), viewer.user_id),
             )?;
-            Ok(node.record_id)
+            Ok((node.record_id, wrote))
+        })
+    }
+
+    /// Brings back a deleted activity with what its deletion archived; its record must be
+    /// live.
+    pub fn restore_activity(&self, viewer: &Viewer, kind: ActivityType, id: i64) -> Result<()> {
+        self.write_emitting(|tx| {
+            let row: Option<(i64, i64, i64)> = tx
+                .query_row(
+                    "SELECT a.typeid, r.ownership, a.parent FROM items a JOIN items r ON r.id = a.record_id
+                     WHERE a.id = ?1 AND a.org = ?2 AND a.parent IS NOT NULL AND a.archived = a.id
+                       AND r.archived IS NULL",
+                    (id, &viewer.org),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            let Some((typeid, ownership, parent)) = row else { return Err(StoreError::NotFound) };
+            if typeid != kind.typeid() || (!viewer.admin && !viewer.owner_ids().contains(&ownership)) {
+                return Err(StoreError::NotFound);
+            }
+            // Its parent must be live again too (restore the parent first).
+            load_node(tx, viewer, parent)?;
+            tx.execute(
+                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE archived = ?1",
+                (id, now_secs(), viewer.user_id),
+            )?;
+            let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesRestore], Target::Activity(kind, id))?;
+            Ok(((), wrote))
         })
     }
 }

@@ -9,6 +9,7 @@
 //! Callers see domain types and [`StoreError`], never rusqlite types.
 
 mod activities;
+mod hooks;
 mod maintenance;
 mod principals;
 mod quota;
@@ -28,11 +29,12 @@ use crate::limits;
 use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
+pub use hooks::{Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use maintenance::{backup, restore};
 pub use principals::NewUser;
 pub use records::{
-    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordRow, RelatedItem, Search,
-    SearchMode, SortField,
+    ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordDetail, RecordRow,
+    RelatedItem, Search, SearchMode, SortField,
 };
 pub use reports::{Assignee, Billing, DateCondition, ReportOrder, ReportQuery, ReportRow, Stamp};
 
@@ -92,6 +94,8 @@ pub struct Store {
     /// "Viewed" stamps not yet written: item id -> Unix seconds.
     viewed_pending: Mutex<HashMap<i64, i64>>,
     viewed_dropped: AtomicU64,
+    /// Set at service start: changes then write webhook deliveries.
+    outbox: std::sync::OnceLock<hooks::Outbox>,
 }
 
 impl Store {
@@ -115,6 +119,7 @@ impl Store {
             readers: Mutex::new(Vec::new()),
             viewed_pending: Mutex::new(HashMap::new()),
             viewed_dropped: AtomicU64::new(0),
+            outbox: std::sync::OnceLock::new(),
         })
     }
 

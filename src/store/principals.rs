@@ -210,11 +210,7 @@ impl Store {
             let Some((user_id, token_sha256, refused, org, admin, prevent_private)) = row else {
                 return Ok(None);
             };
-            let mut stmt = tx.prepare_cached(
-                "SELECT m.group_id FROM memberships m JOIN principals g ON g.id = m.group_id
-                 WHERE m.user_id = ?1 AND g.deleted = 0 ORDER BY m.group_id",
-            )?;
-            let groups = stmt.query_map([user_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
+            let groups = groups_of(tx, user_id)?;
             let viewer = Viewer { user_id, org, admin, prevent_private, groups };
             Ok(Some(Credentials { token_sha256, refused, viewer }))
         })
@@ -246,6 +242,28 @@ pub(super) fn principal_kind(tx: &Transaction<'_>, org: &str, id: i64) -> Result
         .query_row((id, org), |r| r.get(0))
         .optional()?;
     Ok(kind.map(|k| if k == GROUP { PrincipalKind::Group } else { PrincipalKind::User }))
+}
+
+/// The viewer a live, enabled user acts as (`None` for anyone else).
+pub(super) fn viewer_of(tx: &Transaction<'_>, user_id: i64) -> Result<Option<Viewer>> {
+    let row: Option<(String, bool, bool)> = tx
+        .prepare_cached(
+            "SELECT org, admin, prevent_private FROM principals
+             WHERE id = ?1 AND kind = 1 AND deleted = 0 AND prevent_login = 0",
+        )?
+        .query_row([user_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((org, admin, prevent_private)) = row else { return Ok(None) };
+    Ok(Some(Viewer { user_id, org, admin, prevent_private, groups: groups_of(tx, user_id)? }))
+}
+
+/// The live groups a user belongs to.
+fn groups_of(tx: &Transaction<'_>, user_id: i64) -> Result<Vec<i64>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT m.group_id FROM memberships m JOIN principals g ON g.id = m.group_id
+         WHERE m.user_id = ?1 AND g.deleted = 0 ORDER BY m.group_id",
+    )?;
+    Ok(stmt.query_map([user_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?)
 }
 
 /// `viewer.owner_ids()` as a JSON array, for visibility clauses.

@@ -7,10 +7,12 @@ use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, ToSql, Transaction};
 
 use super::activities::FileInfo;
+use super::hooks::Target;
 use super::principals::{owner_ids_json, principal_kind};
 use super::{
     Result, SEARCH_SEPARATOR, Store, StoreError, fields_json, json_ids, merge_fields, parse_fields, search_text,
 };
+use crate::model::hook::Event;
 use crate::model::{FieldValues, PrincipalKind, RecordType, Viewer};
 use crate::timefmt::now_secs;
 
@@ -222,7 +224,7 @@ fn visible(viewer: &Viewer, alias: &str) -> String {
 
 impl Store {
     pub fn create_record(&self, viewer: &Viewer, new: NewRecord) -> Result<i64> {
-        self.write(|tx| {
+        self.write_emitting(|tx| {
             let ownership = match new.ownership {
                 Some(o) => o,
                 None if viewer.prevent_private => {
@@ -254,9 +256,14 @@ impl Store {
             )?;
             let id = tx.last_insert_rowid();
             tx.execute("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
-            change_categories(tx, viewer, new.record_type, id, &new.categories_add, &[])?;
+            let (added, _) = change_categories(tx, viewer, new.record_type, id, &new.categories_add, &[])?;
             add_related(tx, viewer, id, &new.related_add)?;
-            Ok(id)
+            let mut events = vec![Event::ItemsCreate];
+            if added > 0 {
+                events.push(Event::ItemsCategorize);
+            }
+            let wrote = self.emit(tx, &viewer.org, &events, Target::Record(new.record_type, id))?;
+            Ok((id, wrote))
         })
     }
 
@@ -267,7 +274,7 @@ impl Store {
         id: i64,
         changes: RecordChanges,
     ) -> Result<()> {
-        self.write(|tx| {
+        self.write_emitting(|tx| {
             let current = load_record(tx, viewer, record_type, id)?;
             let mut fields = current.fields.clone();
             merge_fields(&mut fields, &changes.fields);
@@ -296,37 +303,56 @@ impl Store {
                     viewer.user_id,
                 ),
             )?;
-            change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
+            let (added, removed) =
+                change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
             add_related(tx, viewer, id, &changes.related_add)?;
             for related in &changes.related_remove {
                 tx.execute("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, related))?;
             }
-            Ok(())
+            let mut events = vec![Event::ItemsUpdate];
+            if added > 0 {
+                events.push(Event::ItemsCategorize);
+            }
+            if removed > 0 {
+                events.push(Event::ItemsUncategorize);
+            }
+            let wrote = self.emit(tx, &viewer.org, &events, Target::Record(record_type, id))?;
+            Ok(((), wrote))
         })
     }
 
     /// Archives the record and its activities together (soft delete).
     pub fn delete_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
-        self.write(|tx| {
+        self.write_emitting(|tx| {
             load_record(tx, viewer, record_type, id)?;
+            // The notification carries the record as it was, activities included.
+            let wrote = self.emit(tx, &viewer.org, &[Event::ItemsDelete], Target::Record(record_type, id))?;
             let now = now_secs();
             tx.execute(
                 "UPDATE items SET archived = ?1, updated = ?2, modificator = ?3
                  WHERE (id = ?1 OR record_id = ?1) AND archived IS NULL",
                 (id, now, viewer.user_id),
             )?;
-            Ok(())
+            Ok(((), wrote))
+        })
+    }
+
+    /// Brings back a deleted record with what its deletion archived (not what was deleted
+    /// before, separately).
+    pub fn restore_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
+        self.write_emitting(|tx| {
+            load_record_in(tx, viewer, record_type, id, State::Deleted)?;
+            tx.execute(
+                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE archived = ?1",
+                (id, now_secs(), viewer.user_id),
+            )?;
+            let wrote = self.emit(tx, &viewer.org, &[Event::ItemsRestore], Target::Record(record_type, id))?;
+            Ok(((), wrote))
         })
     }
 
     pub fn show_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordDetail> {
-        let mut detail = self.read(|tx| {
-            let record = load_record(tx, viewer, record_type, id)?;
-            let categories = categories_of(tx, &[id])?.remove(&id).unwrap_or_default();
-            let related = related_of(tx, viewer, id)?;
-            let activities = activities_of(tx, id)?;
-            Ok(RecordDetail { record, activities, categories, related })
-        })?;
+        let mut detail = self.read(|tx| detail_of(tx, viewer, record_type, id, State::Live))?;
         detail.record.viewed = self.viewed_overlay(id, detail.record.viewed);
         Ok(detail)
     }
@@ -605,11 +631,50 @@ fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&
     }
 }
 
+/// What Show returns of a record in the given state.
+pub(super) fn detail_of(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    record_type: RecordType,
+    id: i64,
+    state: State,
+) -> Result<RecordDetail> {
+    let record = load_record_in(tx, viewer, record_type, id, state)?;
+    let categories = categories_of(tx, &[id])?.remove(&id).unwrap_or_default();
+    let related = related_of(tx, viewer, id)?;
+    let activities = activities_of(tx, id)?;
+    Ok(RecordDetail { record, activities, categories, related })
+}
+
+/// Whether a record looked up must be live, archived by its own deletion, or either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum State {
+    Live,
+    Deleted,
+    Any,
+}
+
 /// A live (not archived) record of the type, visible to the viewer; else `NotFound`.
 fn load_record(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordRow> {
+    load_record_in(tx, viewer, record_type, id, State::Live)
+}
+
+/// A record of the type in the given state, visible to the viewer; else `NotFound`.
+pub(super) fn load_record_in(
+    tx: &Transaction<'_>,
+    viewer: &Viewer,
+    record_type: RecordType,
+    id: i64,
+    state: State,
+) -> Result<RecordRow> {
+    let archived = match state {
+        State::Live => "i.archived IS NULL",
+        State::Deleted => "i.archived = i.id",
+        State::Any => "1",
+    };
     let sql = format!(
         "SELECT {RECORD_COLUMNS} FROM items i {AUDIT_JOINS}
-         WHERE i.id = :id AND i.org = :org AND i.typeid = :typeid AND i.parent IS NULL AND i.archived IS NULL
+         WHERE i.id = :id AND i.org = :org AND i.typeid = :typeid AND i.parent IS NULL AND {archived}
            AND {}",
         visible(viewer, "i")
     );
@@ -667,6 +732,7 @@ fn category_exists(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordTyp
 }
 
 /// Adds and removes category tags of a record; every id must be a tag of the record's type.
+/// Returns how many were really added and removed.
 fn change_categories(
     tx: &Transaction<'_>,
     viewer: &Viewer,
@@ -674,18 +740,19 @@ fn change_categories(
     item: i64,
     add: &[i64],
     remove: &[i64],
-) -> Result<()> {
+) -> Result<(usize, usize)> {
     let changes = [
         (add, "INSERT OR IGNORE INTO item_categories (item_id, category_id) VALUES (?1, ?2)"),
         (remove, "DELETE FROM item_categories WHERE item_id = ?1 AND category_id = ?2"),
     ];
-    for (ids, sql) in changes {
+    let mut counts = [0usize; 2];
+    for (n, (ids, sql)) in changes.into_iter().enumerate() {
         for id in ids {
             category_exists(tx, viewer, record_type, *id)?;
-            tx.prepare_cached(sql)?.execute((item, id))?;
+            counts[n] += tx.prepare_cached(sql)?.execute((item, id))?;
         }
     }
-    Ok(())
+    Ok((counts[0], counts[1]))
 }
 
 /// Links `item` to each target (a live, visible contact, company or project blog of the
@@ -753,44 +820,51 @@ fn related_of(tx: &Transaction<'_>, viewer: &Viewer, item: i64) -> Result<Vec<Re
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
+const ACTIVITY_SELECT: &str = "SELECT i.id, i.typeid, i.parent, i.level, i.position, i.name, i.fields, i.flagged,
+        i.created, i.updated, i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, ''),
+        f.name, f.content_type, f.size
+     FROM items i LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator
+          LEFT JOIN files f ON f.item_id = i.id";
+
+fn activity_from_row(r: &Row<'_>) -> rusqlite::Result<ActivityRow> {
+    Ok(ActivityRow {
+        id: r.get(0)?,
+        typeid: r.get(1)?,
+        parent: r.get(2)?,
+        level: r.get(3)?,
+        position: r.get(4)?,
+        name: r.get(5)?,
+        fields: parse_fields(&r.get::<_, String>(6)?),
+        flagged: r.get(7)?,
+        created: r.get(8)?,
+        updated: r.get(9)?,
+        viewed: r.get(10)?,
+        creator_id: r.get(11)?,
+        creator_name: r.get(12)?,
+        modificator_id: r.get(13)?,
+        modificator_name: r.get(14)?,
+        file: match r.get::<_, Option<String>>(15)? {
+            Some(name) => Some(FileInfo { name, content_type: r.get(16)?, size: r.get(17)? }),
+            None => None,
+        },
+    })
+}
+
 /// The live activities under a record, flat, in tree order (each parent before its children,
 /// siblings by position).
 pub(super) fn activities_of(tx: &Transaction<'_>, record: i64) -> Result<Vec<ActivityRow>> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT i.id, i.typeid, i.parent, i.level, i.position, i.name, i.fields, i.flagged, i.created, i.updated,
-                i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, ''),
-                f.name, f.content_type, f.size
-         FROM items i LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator
-              LEFT JOIN files f ON f.item_id = i.id
-         WHERE i.record_id = ?1 AND i.parent IS NOT NULL AND i.archived IS NULL
-         ORDER BY i.position, i.id",
-    )?;
-    let rows = stmt
-        .query_map([record], |r| {
-            Ok(ActivityRow {
-                id: r.get(0)?,
-                typeid: r.get(1)?,
-                parent: r.get(2)?,
-                level: r.get(3)?,
-                position: r.get(4)?,
-                name: r.get(5)?,
-                fields: parse_fields(&r.get::<_, String>(6)?),
-                flagged: r.get(7)?,
-                created: r.get(8)?,
-                updated: r.get(9)?,
-                viewed: r.get(10)?,
-                creator_id: r.get(11)?,
-                creator_name: r.get(12)?,
-                modificator_id: r.get(13)?,
-                modificator_name: r.get(14)?,
-                file: match r.get::<_, Option<String>>(15)? {
-                    Some(name) => Some(FileInfo { name, content_type: r.get(16)?, size: r.get(17)? }),
-                    None => None,
-                },
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut stmt = tx.prepare_cached(&format!(
+        "{ACTIVITY_SELECT} WHERE i.record_id = ?1 AND i.parent IS NOT NULL AND i.archived IS NULL
+         ORDER BY i.position, i.id"
+    ))?;
+    let rows = stmt.query_map([record], activity_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(tree_order(record, rows))
+}
+
+/// One activity, archived or not.
+pub(super) fn activity_by_id(tx: &Transaction<'_>, id: i64) -> Result<ActivityRow> {
+    let mut stmt = tx.prepare_cached(&format!("{ACTIVITY_SELECT} WHERE i.id = ?1 AND i.parent IS NOT NULL"))?;
+    stmt.query_row([id], activity_from_row).optional()?.ok_or(StoreError::NotFound)
 }
 
 /// Orders activities depth-first from the record, siblings as given (by position).

@@ -112,4 +112,45 @@ CREATE TABLE quota (
     PRIMARY KEY (user_id, hour)
 ) WITHOUT ROWID;
 "#,
+    // 2: webhooks and their outbox.
+    r#"
+CREATE TABLE hooks (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    org            TEXT NOT NULL REFERENCES organizations(id),
+    owner          INTEGER NOT NULL REFERENCES principals(id),
+    type           TEXT NOT NULL DEFAULT 'web',
+    title          TEXT NOT NULL DEFAULT '',
+    active         INTEGER NOT NULL DEFAULT 1,
+    event          TEXT NOT NULL,
+    constrainttype TEXT NOT NULL DEFAULT 'all',
+    url            TEXT NOT NULL,
+    contenttype    TEXT NOT NULL DEFAULT 'xml',
+    secret         TEXT NOT NULL DEFAULT '',
+    paused         INTEGER NOT NULL DEFAULT 0,                 -- backlog over the limit: not fed
+    created        INTEGER NOT NULL,
+    updated        INTEGER NOT NULL,
+    deleted        INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX hooks_event ON hooks (org, event) WHERE deleted = 0;
+
+-- The outbox: written in the transaction of the change that caused it.
+CREATE TABLE deliveries (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    hook_id     INTEGER NOT NULL REFERENCES hooks(id),
+    event       TEXT NOT NULL,
+    object_id   INTEGER NOT NULL,
+    contenttype TEXT NOT NULL,
+    body        BLOB NOT NULL,
+    state       INTEGER NOT NULL DEFAULT 0,                   -- 0 pending, 1 delivered, 2 failed
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    next_at     INTEGER NOT NULL,                             -- Unix seconds of the next attempt
+    last_status INTEGER,
+    last_error  TEXT NOT NULL DEFAULT '',
+    created     INTEGER NOT NULL,
+    finished    INTEGER
+);
+CREATE INDEX deliveries_pending ON deliveries (hook_id, id) WHERE state = 0;
+CREATE INDEX deliveries_finished ON deliveries (finished) WHERE state <> 0;
+CREATE INDEX deliveries_hook ON deliveries (hook_id, id);
+"#,
 ];

@@ -1,0 +1,553 @@
+//! Webhooks: management, the outbox (deliveries written in the transaction of the change that
+//! caused them), and what the delivery worker reads and records.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rusqlite::{OptionalExtension, Row, Transaction};
+
+use super::records::{ActivityRow, RecordDetail, State, activity_by_id, detail_of};
+use super::{Result, Store, StoreError, json_ids};
+use crate::model::activity::ActivityType;
+use crate::model::hook::{ContentType, Event, Subject, constraint_matches};
+use crate::model::{RecordType, Viewer};
+use crate::timefmt::now_secs;
+
+/// A webhook as stored.
+#[derive(Clone, Debug)]
+pub struct Hook {
+    pub id: i64,
+    pub owner: i64,
+    pub title: String,
+    pub active: bool,
+    pub event: Event,
+    pub constrainttype: String,
+    pub url: String,
+    pub contenttype: ContentType,
+    pub secret: String,
+    /// Its backlog passed the limit: no new deliveries until it is set active again.
+    pub paused: bool,
+    pub pending: i64,
+    pub failed: i64,
+}
+
+/// A hook's settings, as created or replaced.
+#[derive(Clone, Debug)]
+pub struct HookSettings {
+    pub title: String,
+    pub active: bool,
+    pub event: Event,
+    pub constrainttype: String,
+    pub url: String,
+    pub contenttype: ContentType,
+    pub secret: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl DeliveryState {
+    fn from_i64(v: i64) -> DeliveryState {
+        match v {
+            1 => DeliveryState::Delivered,
+            2 => DeliveryState::Failed,
+            _ => DeliveryState::Pending,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+        }
+    }
+}
+
+/// A delivery as `/hooks/{id}/deliveries` lists it.
+#[derive(Clone, Debug)]
+pub struct DeliveryInfo {
+    pub id: i64,
+    pub event: String,
+    pub object_id: i64,
+    pub state: DeliveryState,
+    pub attempts: i64,
+    pub created: i64,
+    pub next_at: i64,
+    pub last_status: Option<i64>,
+    pub last_error: String,
+    pub finished: Option<i64>,
+}
+
+/// A delivery ready to be sent (the head of its hook's queue).
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    pub id: i64,
+    pub hook_id: i64,
+    pub url: String,
+    pub secret: String,
+    pub contenttype: ContentType,
+    pub event: String,
+    pub body: Vec<u8>,
+    pub attempts: i64,
+}
+
+/// What a webhook carries about the thing that changed.
+pub enum Content<'a> {
+    Record(&'a RecordDetail),
+    Activity { activity: &'a ActivityRow, record_id: i64, record_type: RecordType },
+}
+
+pub struct Notification<'a> {
+    pub event: Event,
+    pub object_id: i64,
+    pub content: Content<'a>,
+}
+
+/// Renders a notification in a content type (the API's shapes; given to the store at start).
+pub trait Render: Send + Sync {
+    fn render(&self, notification: &Notification<'_>, contenttype: ContentType) -> Vec<u8>;
+}
+
+/// How the store writes deliveries.
+pub struct Outbox {
+    pub render: Arc<dyn Render>,
+    /// Pending deliveries of one hook above which it is paused.
+    pub backlog_max: i64,
+    /// Largest delivery body; a larger one is sent without the activities, or not at all.
+    pub body_bytes_max: usize,
+    /// Called after a commit that wrote deliveries (wakes the delivery worker).
+    pub wake: Arc<dyn Fn() + Send + Sync>,
+}
+
+/// The thing an event is about.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Target {
+    Record(RecordType, i64),
+    Activity(ActivityType, i64),
+}
+
+const HOOK_COLUMNS: &str = "h.id, h.owner, h.title, h.active, h.event, h.constrainttype, h.url, h.contenttype, \
+     h.secret, h.paused, \
+     (SELECT count(*) FROM deliveries d WHERE d.hook_id = h.id AND d.state = 0), \
+     (SELECT count(*) FROM deliveries d WHERE d.hook_id = h.id AND d.state = 2)";
+
+fn hook_from_row(r: &Row<'_>) -> rusqlite::Result<Hook> {
+    let event: String = r.get(4)?;
+    let ct: String = r.get(7)?;
+    Ok(Hook {
+        id: r.get(0)?,
+        owner: r.get(1)?,
+        title: r.get(2)?,
+        active: r.get(3)?,
+        event: Event::parse(&event).unwrap_or(Event::ItemsUpdate),
+        constrainttype: r.get(5)?,
+        url: r.get(6)?,
+        contenttype: ContentType::parse(&ct).unwrap_or(ContentType::Xml),
+        secret: r.get(8)?,
+        paused: r.get(9)?,
+        pending: r.get(10)?,
+        failed: r.get(11)?,
+    })
+}
+
+/// Hooks the viewer may see and change: their own; administrators all of the organisation.
+fn hook_visible(viewer: &Viewer) -> &'static str {
+    if viewer.admin { "1" } else { "h.owner = :user" }
+}
+
+fn load_hook(tx: &Transaction<'_>, viewer: &Viewer, id: i64) -> Result<Hook> {
+    let sql = format!(
+        "SELECT {HOOK_COLUMNS} FROM hooks h WHERE h.id = :id AND h.org = :org AND h.deleted = 0 AND {}",
+        hook_visible(viewer)
+    );
+    let mut stmt = tx.prepare_cached(&sql)?;
+    let mut params: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":id", &id), (":org", &viewer.org)];
+    if !viewer.admin {
+        params.push((":user", &viewer.user_id));
+    }
+    stmt.query_row(params.as_slice(), hook_from_row).optional()?.ok_or(StoreError::NotFound)
+}
+
+impl Store {
+    /// Installs the outbox: from now on changes write deliveries.
+    pub fn set_outbox(&self, outbox: Outbox) {
+        let _ = self.outbox.set(outbox);
+    }
+
+    pub fn create_hook(&self, viewer: &Viewer, s: &HookSettings) -> Result<Hook> {
+        self.write(|tx| {
+            let now = now_secs();
+            tx.execute(
+                "INSERT INTO hooks (org, owner, title, active, event, constrainttype, url, contenttype, secret, created, updated)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+                (
+                    &viewer.org,
+                    viewer.user_id,
+                    &s.title,
+                    s.active,
+                    s.event.as_str(),
+                    &s.constrainttype,
+                    &s.url,
+                    s.contenttype.as_str(),
+                    &s.secret,
+                    now,
+                ),
+            )?;
+            load_hook(tx, viewer, tx.last_insert_rowid())
+        })
+    }
+
+    pub fn hooks(&self, viewer: &Viewer) -> Result<Vec<Hook>> {
+        self.read(|tx| {
+            let sql = format!(
+                "SELECT {HOOK_COLUMNS} FROM hooks h WHERE h.org = :org AND h.deleted = 0 AND {} ORDER BY h.id",
+                hook_visible(viewer)
+            );
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let mut params: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":org", &viewer.org)];
+            if !viewer.admin {
+                params.push((":user", &viewer.user_id));
+            }
+            Ok(stmt.query_map(params.as_slice(), hook_from_row)?.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    pub fn hook(&self, viewer: &Viewer, id: i64) -> Result<Hook> {
+        self.read(|tx| load_hook(tx, viewer, id))
+    }
+
+    /// Replaces a hook's settings. Setting it active also lifts a pause.
+    pub fn update_hook(&self, viewer: &Viewer, id: i64, s: &HookSettings) -> Result<()> {
+        self.write(|tx| {
+            let current = load_hook(tx, viewer, id)?;
+            let paused = current.paused && !s.active;
+            tx.execute(
+                "UPDATE hooks SET title = ?2, active = ?3, event = ?4, constrainttype = ?5, url = ?6, contenttype = ?7,
+                                  secret = ?8, paused = ?9, updated = ?10 WHERE id = ?1",
+                (
+                    id,
+                    &s.title,
+                    s.active,
+                    s.event.as_str(),
+                    &s.constrainttype,
+                    &s.url,
+                    s.contenttype.as_str(),
+                    &s.secret,
+                    paused,
+                    now_secs(),
+                ),
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Deletes a hook; its pending deliveries end as failed ("the hook was deleted").
+    pub fn delete_hook(&self, viewer: &Viewer, id: i64) -> Result<()> {
+        self.write(|tx| {
+            load_hook(tx, viewer, id)?;
+            let now = now_secs();
+            tx.execute("UPDATE hooks SET deleted = 1, active = 0, updated = ?2 WHERE id = ?1", (id, now))?;
+            tx.execute(
+                "UPDATE deliveries SET state = 2, finished = ?2, last_error = 'the hook was deleted'
+                 WHERE hook_id = ?1 AND state = 0",
+                (id, now),
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The newest deliveries of a hook, at most `limit`.
+    pub fn deliveries(&self, viewer: &Viewer, hook_id: i64, limit: u32) -> Result<Vec<DeliveryInfo>> {
+        self.read(|tx| {
+            load_hook(tx, viewer, hook_id)?;
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, event, object_id, state, attempts, created, next_at, last_status, last_error, finished
+                 FROM deliveries WHERE hook_id = ?1 ORDER BY id DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map((hook_id, limit), |r| {
+                Ok(DeliveryInfo {
+                    id: r.get(0)?,
+                    event: r.get(1)?,
+                    object_id: r.get(2)?,
+                    state: DeliveryState::from_i64(r.get(3)?),
+                    attempts: r.get(4)?,
+                    created: r.get(5)?,
+                    next_at: r.get(6)?,
+                    last_status: r.get(7)?,
+                    last_error: r.get(8)?,
+                    finished: r.get(9)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Sends a failed delivery again (a fresh round of attempts); only failed ones.
+    pub fn retry_delivery(&self, viewer: &Viewer, hook_id: i64, delivery: i64) -> Result<()> {
+        let done = self.write(|tx| {
+            let hook = load_hook(tx, viewer, hook_id)?;
+            let state: i64 = tx
+                .query_row("SELECT state FROM deliveries WHERE id = ?1 AND hook_id = ?2", (delivery, hook.id), |r| {
+                    r.get(0)
+                })
+                .optional()?
+                .ok_or(StoreError::NotFound)?;
+            if DeliveryState::from_i64(state) != DeliveryState::Failed {
+                return Err(StoreError::Duplicate(format!(
+                    "delivery {delivery} is {}; only failed deliveries are sent again",
+                    DeliveryState::from_i64(state).as_str()
+                )));
+            }
+            tx.execute(
+                "UPDATE deliveries SET state = 0, attempts = 0, next_at = ?2, finished = NULL WHERE id = ?1",
+                (delivery, now_secs()),
+            )?;
+            Ok(())
+        });
+        if done.is_ok() {
+            self.wake_deliveries();
+        }
+        done
+    }
+
+    fn wake_deliveries(&self) {
+        if let Some(outbox) = self.outbox.get() {
+            (outbox.wake)();
+        }
+    }
+
+    /// The first pending delivery of each hook whose turn has come (deliveries of one hook go
+    /// out in order, one at a time), at most `limit`, skipping hooks in `busy`.
+    pub fn due_deliveries(&self, now: i64, busy: &[i64], limit: u32) -> Result<Vec<Outgoing>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT d.id, d.hook_id, h.url, h.secret, h.contenttype, d.event, d.body, d.attempts
+                 FROM deliveries d JOIN hooks h ON h.id = d.hook_id
+                 WHERE d.id IN (SELECT min(id) FROM deliveries WHERE state = 0 GROUP BY hook_id)
+                   AND d.next_at <= ?1 AND d.hook_id NOT IN (SELECT value FROM json_each(?2))
+                 ORDER BY d.next_at, d.id LIMIT ?3",
+            )?;
+            let rows = stmt.query_map((now, json_ids(busy), limit), |r| {
+                let ct: String = r.get(4)?;
+                Ok(Outgoing {
+                    id: r.get(0)?,
+                    hook_id: r.get(1)?,
+                    url: r.get(2)?,
+                    secret: r.get(3)?,
+                    contenttype: ContentType::parse(&ct).unwrap_or(ContentType::Xml),
+                    event: r.get(5)?,
+                    body: r.get(6)?,
+                    attempts: r.get(7)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Seconds until the next pending delivery is due (`None`: nothing pending).
+    pub fn next_delivery_in(&self, now: i64) -> Result<Option<i64>> {
+        self.read(|tx| {
+            let next: Option<i64> =
+                tx.query_row("SELECT min(next_at) FROM deliveries WHERE state = 0", [], |r| r.get(0))?;
+            Ok(next.map(|n| (n - now).max(0)))
+        })
+    }
+
+    /// Records an attempt: delivered, retry at `retry_at`, or failed for good (`retry_at` None).
+    pub fn record_attempt(
+        &self,
+        delivery: i64,
+        delivered: bool,
+        status: Option<u16>,
+        error: &str,
+        retry_at: Option<i64>,
+    ) -> Result<()> {
+        self.write(|tx| {
+            let now = now_secs();
+            let (state, next_at, finished) = match (delivered, retry_at) {
+                (true, _) => (1, now, Some(now)),
+                (false, Some(at)) => (0, at, None),
+                (false, None) => (2, now, Some(now)),
+            };
+            tx.execute(
+                "UPDATE deliveries SET state = ?2, attempts = attempts + 1, next_at = ?3, finished = ?4,
+                                       last_status = ?5, last_error = ?6
+                 WHERE id = ?1 AND state = 0",
+                (delivery, state, next_at, finished, status.map(i64::from), error),
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Forgets delivered and failed deliveries that finished before `before` (Unix seconds).
+    pub fn purge_deliveries(&self, before: i64) -> Result<usize> {
+        self.write(|tx| Ok(tx.execute("DELETE FROM deliveries WHERE state <> 0 AND finished < ?1", [before])?))
+    }
+
+    /// Pending and failed deliveries, and paused hooks, of the whole service (for /health).
+    pub fn delivery_summary(&self) -> Result<(i64, i64, i64)> {
+        self.read(|tx| {
+            Ok(tx.query_row(
+                "SELECT (SELECT count(*) FROM deliveries WHERE state = 0),
+                        (SELECT count(*) FROM deliveries WHERE state = 2),
+                        (SELECT count(*) FROM hooks WHERE paused = 1 AND deleted = 0)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?)
+        })
+    }
+
+    /// Writes the deliveries the events cause, inside the caller's transaction. Returns whether
+    /// any were written (the caller wakes the worker after committing).
+    pub(super) fn emit(&self, tx: &Transaction<'_>, org: &str, events: &[Event], target: Target) -> Result<bool> {
+        let Some(outbox) = self.outbox.get() else { return Ok(false) };
+        if events.is_empty() {
+            return Ok(false);
+        }
+        let names: Vec<&str> = events.iter().map(|e| e.as_str()).collect();
+        let mut stmt = tx.prepare_cached(
+            "SELECT h.id, h.owner, h.event, h.constrainttype, h.contenttype FROM hooks h JOIN principals u ON u.id = h.owner
+             WHERE h.org = ?1 AND h.deleted = 0 AND h.active = 1 AND h.paused = 0 AND u.deleted = 0
+               AND u.prevent_login = 0 AND h.event IN (SELECT value FROM json_each(?2))
+             ORDER BY h.id",
+        )?;
+        let hooks = stmt
+            .query_map((org, serde_json::to_string(&names).unwrap_or_default()), |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let subject = match target {
+            Target::Record(rt, _) => Subject::Record(rt),
+            Target::Activity(kind, _) => Subject::Activity(kind),
+        };
+        let now = now_secs();
+        let mut wrote = false;
+        // What each hook owner may see, and the bodies already rendered for them.
+        let mut seen: HashMap<i64, Option<Rendered>> = HashMap::new();
+        let mut bodies: HashMap<(i64, &'static str, &'static str), Vec<u8>> = HashMap::new();
+        for (hook_id, owner, event, constraint, ct) in hooks {
+            if !constraint_matches(&constraint, subject) {
+                continue;
+            }
+            let Some(event) = Event::parse(&event) else { continue };
+            let Some(ct) = ContentType::parse(&ct) else { continue };
+            if !seen.contains_key(&owner) {
+                let rendered = owner_view(tx, owner, target)?;
+                seen.insert(owner, rendered);
+            }
+            let Some(Some(view)) = seen.get(&owner) else { continue };
+            let key = (owner, event.as_str(), ct.as_str());
+            if !bodies.contains_key(&key) {
+                bodies.insert(key, render_bounded(outbox, view, event, target, ct));
+            }
+            let body = &bodies[&key];
+            if body.is_empty() {
+                log::warn!(
+                    "webhook {hook_id}: the {} notification for {target:?} is too large; not sent",
+                    event.as_str()
+                );
+                continue;
+            }
+            tx.prepare_cached(
+                "INSERT INTO deliveries (hook_id, event, object_id, contenttype, body, next_at, created)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+            )?
+            .execute((hook_id, event.as_str(), target_id(target), ct.as_str(), body, now))?;
+            wrote = true;
+            let pending: i64 = tx
+                .prepare_cached("SELECT count(*) FROM deliveries WHERE hook_id = ?1 AND state = 0")?
+                .query_row([hook_id], |r| r.get(0))?;
+            if pending >= outbox.backlog_max {
+                tx.execute("UPDATE hooks SET paused = 1 WHERE id = ?1", [hook_id])?;
+                log::warn!("webhook {hook_id} paused: {pending} deliveries are pending; set it active again to resume");
+            }
+        }
+        Ok(wrote)
+    }
+
+    /// Runs a write that may emit events, and wakes the delivery worker if it wrote any.
+    pub(super) fn write_emitting<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<(T, bool)>) -> Result<T> {
+        let (out, wrote) = self.write(f)?;
+        if wrote {
+            self.wake_deliveries();
+        }
+        Ok(out)
+    }
+}
+
+fn target_id(target: Target) -> i64 {
+    match target {
+        Target::Record(_, id) | Target::Activity(_, id) => id,
+    }
+}
+
+/// What a hook owner sees of the target (None: nothing, so no delivery).
+enum Rendered {
+    Record(RecordDetail),
+    Activity(ActivityRow, i64, RecordType),
+}
+
+fn owner_view(tx: &Transaction<'_>, owner: i64, target: Target) -> Result<Option<Rendered>> {
+    let Some(viewer) = super::principals::viewer_of(tx, owner)? else { return Ok(None) };
+    match target {
+        Target::Record(rt, id) => match detail_of(tx, &viewer, rt, id, State::Any) {
+            Ok(d) => Ok(Some(Rendered::Record(d))),
+            Err(StoreError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        },
+        Target::Activity(_, id) => {
+            let activity = activity_by_id(tx, id)?;
+            let (record_id, typeid, ownership): (i64, i64, i64) = tx.query_row(
+                "SELECT r.id, r.typeid, r.ownership FROM items a JOIN items r ON r.id = a.record_id WHERE a.id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
+            if !viewer.admin && !viewer.owner_ids().contains(&ownership) {
+                return Ok(None);
+            }
+            let rt = RecordType::from_typeid(typeid).unwrap_or(RecordType::Contact);
+            Ok(Some(Rendered::Activity(activity, record_id, rt)))
+        }
+    }
+}
+
+/// The body, within the size limit: a record without its activities if need be; empty if even
+/// that is too large.
+fn render_bounded(outbox: &Outbox, view: &Rendered, event: Event, target: Target, ct: ContentType) -> Vec<u8> {
+    let object_id = target_id(target);
+    let body = match view {
+        Rendered::Record(detail) => {
+            let full = outbox.render.render(&Notification { event, object_id, content: Content::Record(detail) }, ct);
+            if full.len() <= outbox.body_bytes_max {
+                return full;
+            }
+            let slim = RecordDetail {
+                record: detail.record.clone(),
+                activities: Vec::new(),
+                categories: detail.categories.clone(),
+                related: detail.related.clone(),
+            };
+            outbox.render.render(&Notification { event, object_id, content: Content::Record(&slim) }, ct)
+        }
+        Rendered::Activity(activity, record_id, record_type) => outbox.render.render(
+            &Notification {
+                event,
+                object_id,
+                content: Content::Activity { activity, record_id: *record_id, record_type: *record_type },
+            },
+            ct,
+        ),
+    };
+    if body.len() <= outbox.body_bytes_max { body } else { Vec::new() }
+}
