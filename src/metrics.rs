@@ -37,6 +37,7 @@ pub struct Metrics {
     pub request_seconds: Histogram,
     pub queue_depth: Gauge<i64, AtomicI64>,
     pub workers_busy: Gauge<i64, AtomicI64>,
+    pub requests_in_flight: Gauge<i64, AtomicI64>,
     pub connections_open: Family<ListenerLabels, Gauge<i64, AtomicI64>>,
     pub rejected_busy: Counter<u64, AtomicU64>,
     pub uptime_seconds: Gauge<i64, AtomicI64>,
@@ -67,6 +68,12 @@ impl Metrics {
         registry.register("http_queue_depth", "Requests waiting for a worker", queue_depth.clone());
         let workers_busy = Gauge::<i64, AtomicI64>::default();
         registry.register("http_workers_busy", "Workers running a request", workers_busy.clone());
+        let requests_in_flight = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "http_requests_in_flight",
+            "Requests whose headers arrived and whose response is not sent yet",
+            requests_in_flight.clone(),
+        );
         let connections_open = Family::<ListenerLabels, Gauge<i64, AtomicI64>>::default();
         registry.register("http_connections_open", "Open client connections, by listener", connections_open.clone());
         let rejected_busy = Counter::<u64, AtomicU64>::default();
@@ -109,6 +116,7 @@ impl Metrics {
             request_seconds,
             queue_depth,
             workers_busy,
+            requests_in_flight,
             connections_open,
             rejected_busy,
             uptime_seconds,

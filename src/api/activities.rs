@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::input::{Params, scalar_text};
+use super::input::{Params, only_keys, scalar_text};
 use super::output::Out;
 use super::{Ctx, Reply};
 use crate::limits;
@@ -110,15 +110,6 @@ fn take_upload(ctx: &Ctx<'_>, kind: ActivityType, fields: &mut FieldValues) -> R
         .ok_or_else(|| ApiError::invalid_value("file", "the file name must be 1 to 255 bytes of text"))?;
     fields.entry("file".into()).or_insert_with(|| name.clone());
     Ok(Some(Upload { name, content_type: upload.content_type.clone(), bytes: upload.bytes.clone() }))
-}
-
-fn only_keys(body: &Value, allowed: &[&str]) -> Result<(), ApiError> {
-    if let Value::Object(m) = body
-        && let Some(other) = m.keys().find(|k| !allowed.contains(&k.as_str()))
-    {
-        return Err(ApiError::incorrect_field(other));
-    }
-    Ok(())
 }
 
 /// The fields inside `data`, checked against the type; an empty value clears a field.

@@ -337,6 +337,16 @@ pub fn scalar_text(v: &Value) -> Option<String> {
     }
 }
 
+/// Refuses a body with a key outside `allowed` (`incorrectfield`, naming it).
+pub fn only_keys(body: &Value, allowed: &[&str]) -> Result<(), ApiError> {
+    if let Value::Object(m) = body
+        && let Some(other) = m.keys().find(|k| !allowed.contains(&k.as_str()))
+    {
+        return Err(ApiError::incorrect_field(other));
+    }
+    Ok(())
+}
+
 /// Typed access to the parameters of one request (query string merged with the body).
 pub struct Params<'a> {
     pub root: &'a Value,

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::input::{Params, id_list, ids_under, name_list, scalar_text};
+use super::input::{Params, id_list, ids_under, name_list, only_keys, scalar_text};
 use super::output::Out;
 use super::{Ctx, Reply};
 use crate::limits;
@@ -579,11 +579,7 @@ pub fn list_categories(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError>
 
 pub fn create_category(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
     let p = Params::new(&ctx.body);
-    if let Value::Object(m) = &ctx.body
-        && let Some(other) = m.keys().find(|k| *k != "name")
-    {
-        return Err(ApiError::incorrect_field(other));
-    }
+    only_keys(&ctx.body, &["name"])?;
     let name = p
         .nonempty("name")
         .map_err(|_| ApiError::invalid_value("name", "must be text"))?

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::input::Params;
+use super::input::{Params, only_keys};
 use super::output::{self, Out};
 use super::records::{activity_out, detail_out};
 use super::{Ctx, Reply, members};
@@ -65,11 +65,7 @@ const HOOK_KEYS: &[&str] = &["type", "title", "active", "event", "constrainttype
 
 /// Reads hook settings from a body over `base` (a new hook: the defaults).
 fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError> {
-    if let Value::Object(m) = body {
-        if let Some(other) = m.keys().find(|k| !HOOK_KEYS.contains(&k.as_str())) {
-            return Err(ApiError::incorrect_field(other));
-        }
-    }
+    only_keys(body, HOOK_KEYS)?;
     let p = Params::new(body);
     let text = |key: &str| -> Result<Option<String>, ApiError> {
         let v = p.text(key).map_err(|_| ApiError::invalid_value(key, "must be text"))?;
@@ -84,10 +80,8 @@ fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError>
         }
         Ok(v)
     };
-    if let Some(t) = text("type")? {
-        if t != "web" {
-            return Err(ApiError::invalid_value("type", "must be web"));
-        }
+    if text("type")?.is_some_and(|t| t != "web") {
+        return Err(ApiError::invalid_value("type", "must be web"));
     }
     let event = match text("event")? {
         Some(e) => Event::parse(&e).ok_or_else(|| {

@@ -101,7 +101,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let _permit = permit;
             open.inc();
-            let _open = scopeguard_dec(open);
+            let _open = gauge_guard(open);
             match acceptor {
                 None => connection(TokioIo::new(stream), peer, shared, shutdown).await,
                 Some(acceptor) => {
@@ -159,6 +159,8 @@ where
 }
 
 async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Shared) -> hyper::Response<Full<Bytes>> {
+    shared.metrics.requests_in_flight.inc();
+    let _in_flight = gauge_guard(shared.metrics.requests_in_flight.clone());
     let (parts, body) = req.into_parts();
     let query = parts.uri.query().unwrap_or("").to_string();
     let early = |err: ApiError, close: bool| {
@@ -232,8 +234,8 @@ fn method_label(method: &http::Method) -> String {
     }
 }
 
-/// Decrements an open-connections gauge when the connection task ends, however it ends.
-fn scopeguard_dec(gauge: prometheus_client::metrics::gauge::Gauge<i64, std::sync::atomic::AtomicI64>) -> impl Drop {
+/// Decrements a gauge when dropped: when the connection task or request ends, however it ends.
+fn gauge_guard(gauge: prometheus_client::metrics::gauge::Gauge<i64, std::sync::atomic::AtomicI64>) -> impl Drop {
     struct Dec(prometheus_client::metrics::gauge::Gauge<i64, std::sync::atomic::AtomicI64>);
     impl Drop for Dec {
         fn drop(&mut self) {

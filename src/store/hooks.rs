@@ -2,6 +2,7 @@
 //! caused them), and what the delivery worker reads and records.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, Row, Transaction};
@@ -442,16 +443,14 @@ impl Store {
             }
             let Some(event) = Event::parse(&event) else { continue };
             let Some(ct) = ContentType::parse(&ct) else { continue };
-            if !seen.contains_key(&owner) {
-                let rendered = owner_view(tx, owner, target)?;
-                seen.insert(owner, rendered);
-            }
-            let Some(Some(view)) = seen.get(&owner) else { continue };
-            let key = (owner, event.as_str(), ct.as_str());
-            if !bodies.contains_key(&key) {
-                bodies.insert(key, render_bounded(outbox, view, event, target, ct));
-            }
-            let body = &bodies[&key];
+            let view = match seen.entry(owner) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(owner_view(tx, owner, target)?),
+            };
+            let Some(view) = view else { continue };
+            let body = bodies
+                .entry((owner, event.as_str(), ct.as_str()))
+                .or_insert_with(|| render_bounded(outbox, view, event, target, ct));
             if body.is_empty() {
                 log::warn!(
                     "webhook {hook_id}: the {} notification for {target:?} is too large; not sent",
@@ -463,7 +462,7 @@ impl Store {
                 "INSERT INTO deliveries (hook_id, event, object_id, contenttype, body, next_at, created)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
             )?
-            .execute((hook_id, event.as_str(), target_id(target), ct.as_str(), body, now))?;
+            .execute((hook_id, event.as_str(), target_id(target), ct.as_str(), &*body, now))?;
             wrote = true;
             let pending: i64 = tx
                 .prepare_cached("SELECT count(*) FROM deliveries WHERE hook_id = ?1 AND state = 0")?

@@ -12,3 +12,4 @@ mod ops;
 mod records;
 mod reports;
 mod support;
+mod webhooks;

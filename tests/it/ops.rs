@@ -218,6 +218,17 @@ fn a_request_in_flight_finishes_during_shutdown() {
     );
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(&body.as_bytes()[..10]).unwrap();
+    // Wait until the service is reading this request (it and the metrics request in flight).
+    wait_for("the request to be in flight", || {
+        let m = s.anonymous().get("/metrics").body;
+        let n: f64 = m
+            .lines()
+            .find(|l| l.starts_with("sitegate_http_requests_in_flight "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        (n >= 2.0).then_some(())
+    });
     let _ = std::process::Command::new("kill").arg("-TERM").arg(s.pid().to_string()).status();
     // Once new connections are refused, the shutdown has begun; then the rest of the body.
     wait_for("the listener to close", || TcpStream::connect(s.addr).is_err().then_some(()));

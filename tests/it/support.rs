@@ -385,7 +385,8 @@ pub fn redact(text: &str) -> String {
     static RULES: OnceLock<Vec<(regex::Regex, &'static str)>> = OnceLock::new();
     let rules = RULES.get_or_init(|| {
         vec![
-            (regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00").unwrap(), "[TIME]"),
+            (regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\+|%2B)00:00").unwrap(), "[TIME]"),
+            (regex::Regex::new(r"date\]=1[6-9]\d{8}").unwrap(), "date]=[UNIX]"),
             (regex::Regex::new(r"(>|: ?\x22)1[6-9]\d{8}(<|\x22)").unwrap(), "${1}[UNIX]${2}"),
             (regex::Regex::new(r"[A-Z][a-z]{2} \d{1,2}, \d{4} \d\d:\d\d:\d\d").unwrap(), "[DATE]"),
         ]
@@ -581,5 +582,153 @@ impl Transcript {
         self.text.push_str(&resp.golden());
         self.text.push('\n');
         resp
+    }
+}
+
+/// A webhook receiver inside the test process: an HTTP server on 127.0.0.1 that records what
+/// it is sent and answers with the status it is told. It can be taken down (connections
+/// refused) and brought up again on the same port.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    state: Arc<ReceiverState>,
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    received: Mutex<Vec<Received>>,
+    status: std::sync::atomic::AtomicU16,
+    down: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The status the receiver answered.
+    pub answered: u16,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).to_string()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+impl Receiver {
+    pub fn start() -> Receiver {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind receiver");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(ReceiverState::default());
+        state.status.store(200, std::sync::atomic::Ordering::SeqCst);
+        Receiver::serve(listener, Arc::clone(&state));
+        Receiver { addr, state }
+    }
+
+    fn serve(listener: std::net::TcpListener, state: Arc<ReceiverState>) {
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            loop {
+                if state.down.load(std::sync::atomic::Ordering::SeqCst) {
+                    return; // drops the listener: connections are refused
+                }
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let state = Arc::clone(&state);
+                        std::thread::spawn(move || Receiver::handle(stream, &state));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+    }
+
+    fn handle(mut stream: TcpStream, state: &ReceiverState) {
+        stream.set_nonblocking(false).ok();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+            let mut headers = Vec::new();
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                    return;
+                }
+                let h = h.trim_end().to_string();
+                if h.is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':') {
+                    headers.push((k.trim().to_string(), v.trim().to_string()));
+                }
+            }
+            let length: usize = headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0u8; length];
+            if reader.read_exact(&mut body).is_err() {
+                return;
+            }
+            let status = state.status.load(std::sync::atomic::Ordering::SeqCst);
+            state.received.lock().unwrap().push(Received { path, headers, body, answered: status });
+            let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\nok");
+            if stream.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Answers every following request with this status.
+    pub fn answer(&self, status: u16) {
+        self.state.status.store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    /// The requests it accepted (answered 2xx).
+    pub fn accepted(&self) -> Vec<Received> {
+        self.received().into_iter().filter(|r| (200..300).contains(&r.answered)).collect()
+    }
+
+    /// Waits until `n` requests were accepted; returns them.
+    pub fn wait_accepted(&self, n: usize) -> Vec<Received> {
+        wait_for(&format!("{n} accepted deliveries"), || {
+            let got = self.accepted();
+            (got.len() >= n).then_some(got)
+        })
+    }
+
+    /// Takes the receiver down: new connections are refused.
+    pub fn take_down(&self) {
+        self.state.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        wait_for("the receiver to go down", || TcpStream::connect(self.addr).is_err().then_some(()));
+    }
+
+    /// Brings it up again on the same port.
+    pub fn bring_up(&self) {
+        self.state.down.store(false, std::sync::atomic::Ordering::SeqCst);
+        let listener = wait_for("the receiver's port", || std::net::TcpListener::bind(self.addr).ok());
+        Receiver::serve(listener, Arc::clone(&self.state));
     }
 }
