@@ -189,6 +189,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     runtime.block_on(signals.recv());
     log::info!("shutting down");
     notifier.notify("STOPPING=1\nSTATUS=shutting down");
+    deliverer.begin_stop();
     // 1. Stop accepting; let each connection finish its request in flight (bounded grace).
     let _ = shutdown_tx.send(true);
     runtime.block_on(async {
@@ -199,7 +200,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     // 2. Workers finish what is queued, then stop; webhook senders finish their attempts
     //    (what is still pending waits in the outbox for the next start).
     pool.shutdown();
-    deliverer.stop();
+    deliverer.join();
     // 3. Buffered state (viewed stamps, quota counters) is written.
     flusher.stop();
     // 4. The write-ahead log goes into the database file.

@@ -11,6 +11,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,7 @@ use sha2::Sha256;
 use crate::config::WebhooksConfig;
 use crate::limits;
 use crate::metrics::Metrics;
-use crate::store::{Outgoing, Store};
+use crate::store::{Attempt, Outgoing, Store};
 use crate::timefmt::now_secs;
 
 /// Lowercase hex HMAC-SHA256 of the body, keyed by the secret.
@@ -33,12 +34,15 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
 pub struct Deliverer {
     wake_tx: crossbeam_channel::Sender<()>,
     stop_tx: crossbeam_channel::Sender<()>,
+    /// Senders check it between deliveries, so a stop waits for one attempt at most.
+    stopping: Arc<AtomicBool>,
     dispatcher: JoinHandle<()>,
 }
 
-/// What a sender reports back: the hook is free again.
+/// What a sender reports back: the attempts it made for one hook.
 struct Done {
     hook_id: i64,
+    attempts: Vec<Attempt>,
 }
 
 impl Deliverer {
@@ -55,26 +59,42 @@ impl Deliverer {
     ) -> std::io::Result<Deliverer> {
         let (wake_tx, wake_rx) = wake;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
-        let (job_tx, job_rx) = crossbeam_channel::bounded::<Outgoing>(config.workers);
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<Vec<Outgoing>>(config.workers);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(config.workers);
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_millis(config.connect_timeout_ms)))
             .timeout_global(Some(Duration::from_millis(config.timeout_ms)))
             .http_status_as_error(false)
             .max_redirects(0)
+            // Every sender may hold a kept-alive connection to every receiver.
+            .max_idle_connections_per_host(config.workers)
+            .max_idle_connections(limits::WEBHOOK_IDLE_CONNECTIONS_MAX)
             .user_agent(format!("sitegate/{}", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
+        let stopping = Arc::new(AtomicBool::new(false));
         let mut senders = Vec::with_capacity(config.workers);
         for i in 0..config.workers {
             let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
-            let (store, agent, metrics, delays) =
-                (Arc::clone(&store), agent.clone(), Arc::clone(&metrics), config.retry_delays_s.clone());
+            let (agent, metrics, delays) = (agent.clone(), Arc::clone(&metrics), config.retry_delays_s.clone());
+            let stopping = Arc::clone(&stopping);
             senders.push(std::thread::Builder::new().name(format!("webhook-send-{i}")).spawn(move || {
-                for job in job_rx.iter() {
-                    let hook_id = job.hook_id;
-                    deliver(&store, &agent, &metrics, &delays, job);
-                    let _ = done_tx.send(Done { hook_id });
+                for batch in job_rx.iter() {
+                    let Some(hook_id) = batch.first().map(|o| o.hook_id) else { continue };
+                    // In order; the first one not accepted ends the batch (the rest keep their turn).
+                    let mut attempts = Vec::with_capacity(batch.len());
+                    for job in batch {
+                        if stopping.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let attempt = deliver(&agent, &metrics, &delays, job);
+                        let accepted = attempt.delivered;
+                        attempts.push(attempt);
+                        if !accepted {
+                            break;
+                        }
+                    }
+                    let _ = done_tx.send(Done { hook_id, attempts });
                 }
             })?);
         }
@@ -85,17 +105,23 @@ impl Deliverer {
                 let _ = s.join();
             }
         })?;
-        Ok(Deliverer { wake_tx, stop_tx, dispatcher })
+        Ok(Deliverer { wake_tx, stop_tx, stopping, dispatcher })
     }
 
     pub fn wake(&self) {
         let _ = self.wake_tx.try_send(());
     }
 
-    /// Stops taking new deliveries, lets the ones being sent finish, joins the threads. What is
-    /// still pending stays in the outbox for the next start.
-    pub fn stop(self) {
-        let _ = self.stop_tx.send(());
+    /// Stops taking new deliveries; the attempts under way finish. What is still pending stays
+    /// in the outbox for the next start.
+    pub fn begin_stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        let _ = self.stop_tx.try_send(());
+    }
+
+    /// Waits for the threads (after `begin_stop`).
+    pub fn join(self) {
+        self.begin_stop();
         let _ = self.dispatcher.join();
     }
 }
@@ -106,22 +132,51 @@ fn dispatch(
     metrics: &Metrics,
     wake_rx: &crossbeam_channel::Receiver<()>,
     stop_rx: &crossbeam_channel::Receiver<()>,
-    job_tx: crossbeam_channel::Sender<Outgoing>,
+    job_tx: crossbeam_channel::Sender<Vec<Outgoing>>,
     done_rx: &crossbeam_channel::Receiver<Done>,
 ) {
     let mut busy: HashSet<i64> = HashSet::new();
     let mut last_purge: Option<Instant> = None;
+    let mut last_summary: Option<Instant> = None;
     let poll = Duration::from_millis(limits::WEBHOOK_POLL_INTERVAL_MS);
+    let mut stopping = false;
     loop {
-        // Hand out what is due, to free senders, one delivery per hook.
+        // Record what the senders did, all in one transaction; their hooks are free again.
+        let done: Vec<Done> = done_rx.try_iter().collect();
+        if !done.is_empty() {
+            let attempts: Vec<Attempt> = done.iter().flat_map(|d| d.attempts.iter().cloned()).collect();
+            if let Err(e) = store.record_attempts(&attempts) {
+                log::warn!("webhooks: cannot record {} attempts (they will be sent again): {e}", attempts.len());
+            }
+            for d in &done {
+                busy.remove(&d.hook_id);
+            }
+        }
+        if stopping {
+            if busy.is_empty() {
+                break;
+            }
+            if let Ok(d) = done_rx.recv_timeout(poll) {
+                // Put it back for the next round of recording.
+                let hook_id = d.hook_id;
+                if let Err(e) = store.record_attempts(&d.attempts) {
+                    log::warn!("webhooks: cannot record attempts at shutdown: {e}");
+                }
+                busy.remove(&hook_id);
+            }
+            continue;
+        }
+        // Hand out what is due: per free sender, one hook's next deliveries in order.
+        let mut next_due = None;
         let free = config.workers.saturating_sub(busy.len());
         if free > 0 {
             let busy_ids: Vec<i64> = busy.iter().copied().collect();
-            match store.due_deliveries(now_secs(), &busy_ids, free as u32) {
-                Ok(due) => {
-                    for job in due {
-                        busy.insert(job.hook_id);
-                        if job_tx.send(job).is_err() {
+            match store.due_deliveries(now_secs(), &busy_ids, limits::WEBHOOK_BATCH_PER_HOOK) {
+                Ok((batches, next)) => {
+                    next_due = next;
+                    for batch in batches.into_iter().filter(|b| !b.is_empty()).take(free) {
+                        busy.insert(batch[0].hook_id);
+                        if job_tx.send(batch).is_err() {
                             return;
                         }
                     }
@@ -138,35 +193,41 @@ fn dispatch(
             }
             last_purge = Some(Instant::now());
         }
-        if let Ok((pending, failed, _)) = store.delivery_summary() {
-            metrics.webhook_pending.set(pending);
-            metrics.webhook_failed.set(failed);
+        if last_summary.is_none_or(|t| t.elapsed() >= poll) {
+            if let Ok((pending, failed, _)) = store.delivery_summary() {
+                metrics.webhook_pending.set(pending);
+                metrics.webhook_failed.set(failed);
+            }
+            last_summary = Some(Instant::now());
         }
-        // Sleep until woken (a new delivery, a free sender), the next due time, or the poll.
-        let wait = match store.next_delivery_in(now_secs()) {
-            Ok(Some(s)) => poll.min(Duration::from_secs(u64::try_from(s).unwrap_or(0)).max(Duration::from_millis(50))),
-            _ => poll,
+        // Sleep until woken (a new delivery, a sender done), the next due time, or the poll.
+        let wait = match next_due {
+            Some(at) => {
+                let secs = u64::try_from((at - now_secs()).max(0)).unwrap_or(0);
+                poll.min(Duration::from_secs(secs)).max(Duration::from_millis(20))
+            }
+            None => poll,
         };
         crossbeam_channel::select! {
-            recv(stop_rx) -> _ => break,
+            recv(stop_rx) -> _ => stopping = true,
             recv(wake_rx) -> _ => {}
             recv(done_rx) -> done => {
                 if let Ok(d) = done {
+                    if let Err(e) = store.record_attempts(&d.attempts) {
+                        log::warn!("webhooks: cannot record {} attempts: {e}", d.attempts.len());
+                    }
                     busy.remove(&d.hook_id);
                 }
             }
             default(wait) => {}
         }
-        for d in done_rx.try_iter() {
-            busy.remove(&d.hook_id);
-        }
     }
-    // Stop: no new jobs; senders finish theirs and end when the job channel closes.
+    // No new jobs; the senders end when the job channel closes.
     drop(job_tx);
 }
 
-/// Sends one delivery and records the outcome.
-fn deliver(store: &Store, agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) {
+/// Sends one delivery; returns the attempt to record.
+fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) -> Attempt {
     let mut request = agent
         .post(&job.url)
         .header("Content-Type", job.contenttype.mime())
@@ -213,9 +274,7 @@ fn deliver(store: &Store, agent: &ureq::Agent, metrics: &Metrics, delays: &[u64]
     if !delivered {
         log::info!("webhook delivery {} to {} not accepted ({outcome}): {error}", job.id, job.url);
     }
-    if let Err(e) = store.record_attempt(job.id, delivered, status, &error, retry_at) {
-        log::warn!("webhooks: cannot record delivery {}: {e}", job.id);
-    }
+    Attempt { delivery: job.id, hook_id: job.hook_id, delivered, status, error, retry_at }
 }
 
 #[cfg(test)]

@@ -84,6 +84,18 @@ pub struct DeliveryInfo {
     pub finished: Option<i64>,
 }
 
+/// The outcome of one attempt.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub delivery: i64,
+    pub hook_id: i64,
+    pub delivered: bool,
+    pub status: Option<u16>,
+    pub error: String,
+    /// When to try again; `None` with `delivered` false: failed for good.
+    pub retry_at: Option<i64>,
+}
+
 /// A delivery ready to be sent (the head of its hook's queue).
 #[derive(Clone, Debug)]
 pub struct Outgoing {
@@ -133,8 +145,7 @@ pub(super) enum Target {
 }
 
 const HOOK_COLUMNS: &str = "h.id, h.owner, h.title, h.active, h.event, h.constrainttype, h.url, h.contenttype, \
-     h.secret, h.paused, \
-     (SELECT count(*) FROM deliveries d WHERE d.hook_id = h.id AND d.state = 0), \
+     h.secret, h.paused, h.pending, \
      (SELECT count(*) FROM deliveries d WHERE d.hook_id = h.id AND d.state = 2)";
 
 fn hook_from_row(r: &Row<'_>) -> rusqlite::Result<Hook> {
@@ -252,7 +263,7 @@ impl Store {
         self.write(|tx| {
             load_hook(tx, viewer, id)?;
             let now = now_secs();
-            tx.execute("UPDATE hooks SET deleted = 1, active = 0, updated = ?2 WHERE id = ?1", (id, now))?;
+            tx.execute("UPDATE hooks SET deleted = 1, active = 0, pending = 0, updated = ?2 WHERE id = ?1", (id, now))?;
             tx.execute(
                 "UPDATE deliveries SET state = 2, finished = ?2, last_error = 'the hook was deleted'
                  WHERE hook_id = ?1 AND state = 0",
@@ -308,6 +319,7 @@ impl Store {
                 "UPDATE deliveries SET state = 0, attempts = 0, next_at = ?2, finished = NULL WHERE id = ?1",
                 (delivery, now_secs()),
             )?;
+            tx.execute("UPDATE hooks SET pending = pending + 1 WHERE id = ?1", [hook.id])?;
             Ok(())
         });
         if done.is_ok() {
@@ -322,79 +334,103 @@ impl Store {
         }
     }
 
-    /// The first pending delivery of each hook whose turn has come (deliveries of one hook go
-    /// out in order, one at a time), at most `limit`, skipping hooks in `busy`.
-    pub fn due_deliveries(&self, now: i64, busy: &[i64], limit: u32) -> Result<Vec<Outgoing>> {
+    /// The heads of the hooks' queues: for each hook with pending deliveries (not in `busy`),
+    /// up to `per_hook` of its oldest, in order, if the oldest is due by `now`. Also when the
+    /// next not-yet-due head is due (Unix seconds), if any.
+    pub fn due_deliveries(&self, now: i64, busy: &[i64], per_hook: u32) -> Result<(Vec<Vec<Outgoing>>, Option<i64>)> {
         self.read(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "SELECT d.id, d.hook_id, h.url, h.secret, h.contenttype, d.event, d.body, d.attempts
-                 FROM deliveries d JOIN hooks h ON h.id = d.hook_id
-                 WHERE d.id IN (SELECT min(id) FROM deliveries WHERE state = 0 GROUP BY hook_id)
-                   AND d.next_at <= ?1 AND d.hook_id NOT IN (SELECT value FROM json_each(?2))
-                 ORDER BY d.next_at, d.id LIMIT ?3",
+            let mut heads = tx.prepare_cached(
+                "SELECT h.id, d.next_at FROM hooks h
+                 JOIN deliveries d ON d.id = (SELECT min(id) FROM deliveries WHERE hook_id = h.id AND state = 0)
+                 WHERE h.pending > 0 AND h.id NOT IN (SELECT value FROM json_each(?1))",
             )?;
-            let rows = stmt.query_map((now, json_ids(busy), limit), |r| {
-                let ct: String = r.get(4)?;
-                Ok(Outgoing {
-                    id: r.get(0)?,
-                    hook_id: r.get(1)?,
-                    url: r.get(2)?,
-                    secret: r.get(3)?,
-                    contenttype: ContentType::parse(&ct).unwrap_or(ContentType::Xml),
-                    event: r.get(5)?,
-                    body: r.get(6)?,
-                    attempts: r.get(7)?,
-                })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            let heads = heads
+                .query_map([json_ids(busy)], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let next = heads.iter().map(|(_, at)| *at).filter(|at| *at > now).min();
+            let mut batches = Vec::new();
+            let mut stmt = tx.prepare_cached(
+                "SELECT d.id, d.hook_id, h.url, h.secret, h.contenttype, d.event, p.body, d.attempts, d.next_at
+                 FROM deliveries d JOIN hooks h ON h.id = d.hook_id JOIN payloads p ON p.id = d.payload_id
+                 WHERE d.hook_id = ?1 AND d.state = 0 ORDER BY d.id LIMIT ?2",
+            )?;
+            for (hook, at) in heads {
+                if at > now {
+                    continue;
+                }
+                let batch = stmt
+                    .query_map((hook, per_hook), |r| {
+                        let ct: String = r.get(4)?;
+                        Ok((
+                            Outgoing {
+                                id: r.get(0)?,
+                                hook_id: r.get(1)?,
+                                url: r.get(2)?,
+                                secret: r.get(3)?,
+                                contenttype: ContentType::parse(&ct).unwrap_or(ContentType::Xml),
+                                event: r.get(5)?,
+                                body: r.get(6)?,
+                                attempts: r.get(7)?,
+                            },
+                            r.get::<_, i64>(8)?,
+                        ))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                // Only the deliveries already due; a later one waits for its time.
+                batches.push(batch.into_iter().take_while(|(_, at)| *at <= now).map(|(o, _)| o).collect());
+            }
+            Ok((batches, next))
         })
     }
 
-    /// Seconds until the next pending delivery is due (`None`: nothing pending).
-    pub fn next_delivery_in(&self, now: i64) -> Result<Option<i64>> {
-        self.read(|tx| {
-            let next: Option<i64> =
-                tx.query_row("SELECT min(next_at) FROM deliveries WHERE state = 0", [], |r| r.get(0))?;
-            Ok(next.map(|n| (n - now).max(0)))
-        })
-    }
-
-    /// Records an attempt: delivered, retry at `retry_at`, or failed for good (`retry_at` None).
-    pub fn record_attempt(
-        &self,
-        delivery: i64,
-        delivered: bool,
-        status: Option<u16>,
-        error: &str,
-        retry_at: Option<i64>,
-    ) -> Result<()> {
+    /// Records attempts, in one transaction: delivered, retry at a time, or failed for good.
+    pub fn record_attempts(&self, attempts: &[Attempt]) -> Result<()> {
+        if attempts.is_empty() {
+            return Ok(());
+        }
         self.write(|tx| {
             let now = now_secs();
-            let (state, next_at, finished) = match (delivered, retry_at) {
-                (true, _) => (1, now, Some(now)),
-                (false, Some(at)) => (0, at, None),
-                (false, None) => (2, now, Some(now)),
-            };
-            tx.execute(
+            let mut update = tx.prepare_cached(
                 "UPDATE deliveries SET state = ?2, attempts = attempts + 1, next_at = ?3, finished = ?4,
                                        last_status = ?5, last_error = ?6
                  WHERE id = ?1 AND state = 0",
-                (delivery, state, next_at, finished, status.map(i64::from), error),
             )?;
+            let mut leave = tx.prepare_cached("UPDATE hooks SET pending = max(pending - 1, 0) WHERE id = ?1")?;
+            for a in attempts {
+                let (state, next_at, finished) = match (a.delivered, a.retry_at) {
+                    (true, _) => (1, now, Some(now)),
+                    (false, Some(at)) => (0, at, None),
+                    (false, None) => (2, now, Some(now)),
+                };
+                let n = update.execute((a.delivery, state, next_at, finished, a.status.map(i64::from), &a.error))?;
+                if n > 0 && state != 0 {
+                    leave.execute([a.hook_id])?;
+                }
+            }
             Ok(())
         })
     }
 
     /// Forgets delivered and failed deliveries that finished before `before` (Unix seconds).
     pub fn purge_deliveries(&self, before: i64) -> Result<usize> {
-        self.write(|tx| Ok(tx.execute("DELETE FROM deliveries WHERE state <> 0 AND finished < ?1", [before])?))
+        self.write(|tx| {
+            let n = tx.execute("DELETE FROM deliveries WHERE state <> 0 AND finished < ?1", [before])?;
+            // Payloads are written with their deliveries, both in id order: those older than the
+            // oldest remaining delivery's are no longer referenced.
+            tx.execute(
+                "DELETE FROM payloads WHERE id < coalesce((SELECT payload_id FROM deliveries ORDER BY id LIMIT 1),
+                                                          (SELECT max(id) + 1 FROM payloads))",
+                [],
+            )?;
+            Ok(n)
+        })
     }
 
     /// Pending and failed deliveries, and paused hooks, of the whole service (for /health).
     pub fn delivery_summary(&self) -> Result<(i64, i64, i64)> {
         self.read(|tx| {
             Ok(tx.query_row(
-                "SELECT (SELECT count(*) FROM deliveries WHERE state = 0),
+                "SELECT (SELECT coalesce(sum(pending), 0) FROM hooks),
                         (SELECT count(*) FROM deliveries WHERE state = 2),
                         (SELECT count(*) FROM hooks WHERE paused = 1 AND deleted = 0)",
                 [],
@@ -436,7 +472,8 @@ impl Store {
         let mut wrote = false;
         // What each hook owner may see, and the bodies already rendered for them.
         let mut seen: HashMap<i64, Option<Rendered>> = HashMap::new();
-        let mut bodies: HashMap<(i64, &'static str, &'static str), Vec<u8>> = HashMap::new();
+        // Payload rows already written, by (owner, event, content type); 0: too large to send.
+        let mut payloads: HashMap<(i64, &'static str, &'static str), i64> = HashMap::new();
         for (hook_id, owner, event, constraint, ct) in hooks {
             if !constraint_matches(&constraint, subject) {
                 continue;
@@ -448,24 +485,33 @@ impl Store {
                 Entry::Vacant(e) => e.insert(owner_view(tx, owner, target)?),
             };
             let Some(view) = view else { continue };
-            let body = bodies
-                .entry((owner, event.as_str(), ct.as_str()))
-                .or_insert_with(|| render_bounded(outbox, view, event, target, ct));
-            if body.is_empty() {
-                log::warn!(
-                    "webhook {hook_id}: the {} notification for {target:?} is too large; not sent",
-                    event.as_str()
-                );
+            let key = (owner, event.as_str(), ct.as_str());
+            let payload = match payloads.get(&key) {
+                Some(id) => *id,
+                None => {
+                    let body = render_bounded(outbox, view, event, target, ct);
+                    let id = if body.is_empty() {
+                        log::warn!("the {} notification for {target:?} is too large; not sent", event.as_str());
+                        0
+                    } else {
+                        tx.prepare_cached("INSERT INTO payloads (body) VALUES (?1)")?.execute([&body])?;
+                        tx.last_insert_rowid()
+                    };
+                    payloads.insert(key, id);
+                    id
+                }
+            };
+            if payload == 0 {
                 continue;
             }
             tx.prepare_cached(
-                "INSERT INTO deliveries (hook_id, event, object_id, contenttype, body, next_at, created)
+                "INSERT INTO deliveries (hook_id, event, object_id, contenttype, payload_id, next_at, created)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
             )?
-            .execute((hook_id, event.as_str(), target_id(target), ct.as_str(), &*body, now))?;
+            .execute((hook_id, event.as_str(), target_id(target), ct.as_str(), payload, now))?;
             wrote = true;
             let pending: i64 = tx
-                .prepare_cached("SELECT count(*) FROM deliveries WHERE hook_id = ?1 AND state = 0")?
+                .prepare_cached("UPDATE hooks SET pending = pending + 1 WHERE id = ?1 RETURNING pending")?
                 .query_row([hook_id], |r| r.get(0))?;
             if pending >= outbox.backlog_max {
                 tx.execute("UPDATE hooks SET paused = 1 WHERE id = ?1", [hook_id])?;

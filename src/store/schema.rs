@@ -127,11 +127,19 @@ CREATE TABLE hooks (
     contenttype    TEXT NOT NULL DEFAULT 'xml',
     secret         TEXT NOT NULL DEFAULT '',
     paused         INTEGER NOT NULL DEFAULT 0,                 -- backlog over the limit: not fed
+    pending        INTEGER NOT NULL DEFAULT 0,                 -- its deliveries in state 0, kept by the store
     created        INTEGER NOT NULL,
     updated        INTEGER NOT NULL,
     deleted        INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX hooks_event ON hooks (org, event) WHERE deleted = 0;
+
+-- Notification bodies, one per event and content type (and hook owner), shared by the
+-- deliveries of every hook that gets it.
+CREATE TABLE payloads (
+    id   INTEGER PRIMARY KEY AUTOINCREMENT,
+    body BLOB NOT NULL
+);
 
 -- The outbox: written in the transaction of the change that caused it.
 CREATE TABLE deliveries (
@@ -140,7 +148,7 @@ CREATE TABLE deliveries (
     event       TEXT NOT NULL,
     object_id   INTEGER NOT NULL,
     contenttype TEXT NOT NULL,
-    body        BLOB NOT NULL,
+    payload_id  INTEGER NOT NULL REFERENCES payloads(id),
     state       INTEGER NOT NULL DEFAULT 0,                   -- 0 pending, 1 delivered, 2 failed
     attempts    INTEGER NOT NULL DEFAULT 0,
     next_at     INTEGER NOT NULL,                             -- Unix seconds of the next attempt
@@ -149,8 +157,9 @@ CREATE TABLE deliveries (
     created     INTEGER NOT NULL,
     finished    INTEGER
 );
-CREATE INDEX deliveries_pending ON deliveries (hook_id, id) WHERE state = 0;
+-- A hook's queue (state 0, in id order) and its listing; finished ones for the purge.
+CREATE INDEX deliveries_hook ON deliveries (hook_id, state, id);
 CREATE INDEX deliveries_finished ON deliveries (finished) WHERE state <> 0;
-CREATE INDEX deliveries_hook ON deliveries (hook_id, id);
+CREATE INDEX deliveries_failed ON deliveries (hook_id) WHERE state = 2;
 "#,
 ];
