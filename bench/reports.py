@@ -26,10 +26,10 @@ import time
 from datetime import date, timedelta
 
 
-def start(binary, workdir):
+def start(binary, workdir, extra_config=""):
     with open(os.path.join(workdir, "config.toml"), "w") as f:
         f.write('[http]\nlisten = "127.0.0.1:0"\nworkers = 4\n[api]\nquota_calls_per_hour = 100000000\n'
-                '[log]\nlevel = "warn"\n')
+                '[log]\nlevel = "warn"\n' + extra_config)
     proc = subprocess.Popen([binary, "serve", "--config", "config.toml"], cwd=workdir,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready = proc.stdout.readline()

@@ -109,7 +109,8 @@ def main():
     receiver.start()
     rport = ports.get(timeout=10)
     workdir = tempfile.mkdtemp(prefix="sitegate-bench-")
-    proc, port, auth = start(os.path.abspath(args.bin), workdir)
+    # A backlog limit above anything the run queues, so that no hook is paused mid-run.
+    proc, port, auth = start(os.path.abspath(args.bin), workdir, "[webhooks]\nbacklog_max = 10000000\n")
     try:
         cpu = cpu_seconds(proc.pid)
         rate0, n0 = load(port, auth, args.seconds, args.clients)
@@ -129,8 +130,10 @@ def main():
         cpu, rcpu = cpu_seconds(proc.pid), cpu_seconds(receiver.pid)
         rate1, n1 = load(port, auth, args.seconds, args.clients)
         cpu1, rcpu1 = cpu_seconds(proc.pid) - cpu, cpu_seconds(receiver.pid) - rcpu
+        h = health(port)
         print(f"{args.hooks} hooks: {rate1:.0f} creates/s ({n1} creates, {n1 * args.hooks} deliveries queued); "
-              f"ratio {rate1 / rate0:.2f}; service CPU {cpu1:.1f} s, receiver CPU {rcpu1:.1f} s")
+              f"ratio {rate1 / rate0:.2f}; service CPU {cpu1:.1f} s, receiver CPU {rcpu1:.1f} s; "
+              f"pending {h['pending']}, paused hooks {h['paused']}")
         if args.dead_receiver:
             return
         started = time.time()

@@ -113,10 +113,14 @@ pub const WEBHOOK_BODY_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes of a receiver's answer read (and kept as the error of a failed attempt).
 pub const WEBHOOK_RESPONSE_BYTES_MAX: u64 = 64 * 1024;
 pub const WEBHOOK_ERROR_CHARS_MAX: usize = 500;
+/// Nice value of the sending threads (0 normal, 19 lowest): they give way to the API.
+pub const WEBHOOK_SENDER_NICE: i32 = 10;
 /// Kept-alive connections to receivers, all senders together.
 pub const WEBHOOK_IDLE_CONNECTIONS_MAX: usize = 64;
 /// Deliveries of one hook a sender takes at once (sent in order, recorded together).
 pub const WEBHOOK_BATCH_PER_HOOK: u32 = 32;
+/// Least time between two reads of the outbox when new deliveries keep arriving.
+pub const WEBHOOK_READ_SPACING_MS: u64 = 5;
 /// How often the delivery worker looks for due deliveries when nothing wakes it.
 pub const WEBHOOK_POLL_INTERVAL_MS: u64 = 1_000;
 /// Deliveries listed by `/hooks/{id}/deliveries` at most.

@@ -79,6 +79,7 @@ impl Deliverer {
             let (agent, metrics, delays) = (agent.clone(), Arc::clone(&metrics), config.retry_delays_s.clone());
             let stopping = Arc::clone(&stopping);
             senders.push(std::thread::Builder::new().name(format!("webhook-send-{i}")).spawn(move || {
+                lower_priority();
                 for batch in job_rx.iter() {
                     let Some(hook_id) = batch.first().map(|o| o.hook_id) else { continue };
                     // In order; the first one not accepted ends the batch (the rest keep their turn).
@@ -139,6 +140,8 @@ fn dispatch(
     let mut last_purge: Option<Instant> = None;
     let mut last_summary: Option<Instant> = None;
     let poll = Duration::from_millis(limits::WEBHOOK_POLL_INTERVAL_MS);
+    let spacing = Duration::from_millis(limits::WEBHOOK_READ_SPACING_MS);
+    let mut last_read = Instant::now();
     let mut stopping = false;
     loop {
         // Record what the senders did, all in one transaction; their hooks are free again.
@@ -171,6 +174,7 @@ fn dispatch(
         let free = config.workers.saturating_sub(busy.len());
         if free > 0 {
             let busy_ids: Vec<i64> = busy.iter().copied().collect();
+            last_read = Instant::now();
             match store.due_deliveries(now_secs(), &busy_ids, limits::WEBHOOK_BATCH_PER_HOOK) {
                 Ok((batches, next)) => {
                     next_due = next;
@@ -210,7 +214,14 @@ fn dispatch(
         };
         crossbeam_channel::select! {
             recv(stop_rx) -> _ => stopping = true,
-            recv(wake_rx) -> _ => {}
+            recv(wake_rx) -> _ => {
+                // New deliveries. Under a stream of writes, let them gather for a moment
+                // rather than read the outbox once per write; a lone one goes at once.
+                let since = last_read.elapsed();
+                if since < spacing && stop_rx.recv_timeout(spacing - since).is_ok() {
+                    stopping = true;
+                }
+            }
             recv(done_rx) -> done => {
                 if let Ok(d) = done {
                     if let Err(e) = store.record_attempts(&d.attempts) {
@@ -224,6 +235,17 @@ fn dispatch(
     }
     // No new jobs; the senders end when the job channel closes.
     drop(job_tx);
+}
+
+/// Makes the calling thread yield the CPU to the rest of the service: sending is background
+/// work that catches up when the API, the location engine and the broker leave time for it.
+/// (On Linux the nice value belongs to the thread.) The dispatcher keeps the normal priority:
+/// it takes the store's write lock, which the API waits for.
+fn lower_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), limits::WEBHOOK_SENDER_NICE) {
+        log::debug!("webhooks: cannot lower the senders' priority: {e}");
+    }
 }
 
 /// Sends one delivery; returns the attempt to record.

@@ -3,6 +3,7 @@
 
 use rusqlite::{OptionalExtension, Transaction};
 
+use super::ExecCached;
 use super::hooks::Target;
 use super::principals::principal_kind;
 use super::{Result, Store, StoreError, fields_json, merge_fields, parse_fields, search_text};
@@ -245,7 +246,7 @@ impl Store {
                     return Err(StoreError::WrongParent("an activity cannot be moved under itself".into()));
                 }
                 let shift = target_node.level + 1 - node.level;
-                tx.execute(
+                tx.exec(
                     "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id)
                      UPDATE items SET record_id = ?2, level = level + ?3 WHERE id IN sub",
                     (id, target_node.record_id, shift),
@@ -253,14 +254,14 @@ impl Store {
                 parent_id = target_node.id;
                 record_id = target_node.record_id;
                 let position = position_for(tx, parent_id, changes.place, Some(id))?;
-                tx.execute("UPDATE items SET parent = ?2, position = ?3 WHERE id = ?1", (id, parent_id, position))?;
+                tx.exec("UPDATE items SET parent = ?2, position = ?3 WHERE id = ?1", (id, parent_id, position))?;
             } else if changes.place.is_some() {
                 let position = position_for(tx, parent_id, changes.place, Some(id))?;
-                tx.execute("UPDATE items SET position = ?2 WHERE id = ?1", (id, position))?;
+                tx.exec("UPDATE items SET position = ?2 WHERE id = ?1", (id, position))?;
             }
 
             let title = kind.title(&fields);
-            tx.execute(
+            tx.exec(
                 "UPDATE items SET name = ?2, fields = ?3, search = ?4, due = ?5, completed = ?6, updated = ?7,
                                   modificator = ?8,
                                   completed_at = CASE WHEN NOT ?6 THEN NULL WHEN completed = 0 THEN ?7
@@ -313,7 +314,7 @@ impl Store {
                 return Err(StoreError::NotFound);
             }
             let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesDelete], Target::Activity(kind, id))?;
-            tx.execute(
+            tx.exec(
                 "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id
                                              WHERE i.archived IS NULL)
                  UPDATE items SET archived = ?1, updated = ?2, modificator = ?3 WHERE id IN sub AND archived IS NULL",
@@ -342,7 +343,7 @@ impl Store {
             }
             // Its parent must be live again too (restore the parent first).
             load_node(tx, viewer, parent)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE archived = ?1",
                 (id, now_secs(), viewer.user_id),
             )?;

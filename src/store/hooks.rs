@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, Row, Transaction};
 
+use super::ExecCached;
 use super::records::{ActivityRow, RecordDetail, State, activity_by_id, detail_of};
 use super::{Result, Store, StoreError, json_ids};
 use crate::model::activity::ActivityType;
@@ -194,7 +195,7 @@ impl Store {
     pub fn create_hook(&self, viewer: &Viewer, s: &HookSettings) -> Result<Hook> {
         self.write(|tx| {
             let now = now_secs();
-            tx.execute(
+            tx.exec(
                 "INSERT INTO hooks (org, owner, title, active, event, constrainttype, url, contenttype, secret, created, updated)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
                 (
@@ -238,7 +239,7 @@ impl Store {
         self.write(|tx| {
             let current = load_hook(tx, viewer, id)?;
             let paused = current.paused && !s.active;
-            tx.execute(
+            tx.exec(
                 "UPDATE hooks SET title = ?2, active = ?3, event = ?4, constrainttype = ?5, url = ?6, contenttype = ?7,
                                   secret = ?8, paused = ?9, updated = ?10 WHERE id = ?1",
                 (
@@ -263,11 +264,12 @@ impl Store {
         self.write(|tx| {
             load_hook(tx, viewer, id)?;
             let now = now_secs();
-            tx.execute("UPDATE hooks SET deleted = 1, active = 0, pending = 0, updated = ?2 WHERE id = ?1", (id, now))?;
-            tx.execute(
+            let start = queue_start(tx, id)?;
+            tx.exec("UPDATE hooks SET deleted = 1, active = 0, pending = 0, updated = ?2 WHERE id = ?1", (id, now))?;
+            tx.exec(
                 "UPDATE deliveries SET state = 2, finished = ?2, last_error = 'the hook was deleted'
-                 WHERE hook_id = ?1 AND state = 0",
-                (id, now),
+                 WHERE id >= ?3 AND hook_id = ?1 AND state = 0",
+                (id, now, start),
             )?;
             Ok(())
         })
@@ -277,11 +279,20 @@ impl Store {
     pub fn deliveries(&self, viewer: &Viewer, hook_id: i64, limit: u32) -> Result<Vec<DeliveryInfo>> {
         self.read(|tx| {
             load_hook(tx, viewer, hook_id)?;
+            // The pending ones from the queue's head, the finished ones from their index.
             let mut stmt = tx.prepare_cached(
-                "SELECT id, event, object_id, state, attempts, created, next_at, last_status, last_error, finished
-                 FROM deliveries WHERE hook_id = ?1 ORDER BY id DESC LIMIT ?2",
+                "SELECT * FROM (
+                    SELECT * FROM (SELECT id, event, object_id, state, attempts, created, next_at, last_status,
+                                          last_error, finished
+                                   FROM deliveries WHERE id >= ?3 AND hook_id = ?1 AND state = 0
+                                   ORDER BY id DESC LIMIT ?2)
+                    UNION ALL
+                    SELECT * FROM (SELECT id, event, object_id, state, attempts, created, next_at, last_status,
+                                          last_error, finished
+                                   FROM deliveries WHERE hook_id = ?1 AND state <> 0 ORDER BY id DESC LIMIT ?2))
+                 ORDER BY id DESC LIMIT ?2",
             )?;
-            let rows = stmt.query_map((hook_id, limit), |r| {
+            let rows = stmt.query_map((hook_id, limit, queue_start(tx, hook_id)?), |r| {
                 Ok(DeliveryInfo {
                     id: r.get(0)?,
                     event: r.get(1)?,
@@ -315,11 +326,17 @@ impl Store {
                     DeliveryState::from_i64(state).as_str()
                 )));
             }
-            tx.execute(
+            tx.exec(
                 "UPDATE deliveries SET state = 0, attempts = 0, next_at = ?2, finished = NULL WHERE id = ?1",
                 (delivery, now_secs()),
             )?;
-            tx.execute("UPDATE hooks SET pending = pending + 1 WHERE id = ?1", [hook.id])?;
+            // It joins the queue: at its head if it is older than the rest.
+            tx.exec(
+                "UPDATE hooks SET pending = pending + 1,
+                                  head = CASE WHEN pending = 0 OR ?2 < head THEN ?2 ELSE head END
+                 WHERE id = ?1",
+                (hook.id, delivery),
+            )?;
             Ok(())
         });
         if done.is_ok() {
@@ -340,8 +357,7 @@ impl Store {
     pub fn due_deliveries(&self, now: i64, busy: &[i64], per_hook: u32) -> Result<(Vec<Vec<Outgoing>>, Option<i64>)> {
         self.read(|tx| {
             let mut heads = tx.prepare_cached(
-                "SELECT h.id, d.next_at FROM hooks h
-                 JOIN deliveries d ON d.id = (SELECT min(id) FROM deliveries WHERE hook_id = h.id AND state = 0)
+                "SELECT h.id, d.next_at FROM hooks h JOIN deliveries d ON d.id = h.head
                  WHERE h.pending > 0 AND h.id NOT IN (SELECT value FROM json_each(?1))",
             )?;
             let heads = heads
@@ -351,8 +367,9 @@ impl Store {
             let mut batches = Vec::new();
             let mut stmt = tx.prepare_cached(
                 "SELECT d.id, d.hook_id, h.url, h.secret, h.contenttype, d.event, p.body, d.attempts, d.next_at
-                 FROM deliveries d JOIN hooks h ON h.id = d.hook_id JOIN payloads p ON p.id = d.payload_id
-                 WHERE d.hook_id = ?1 AND d.state = 0 ORDER BY d.id LIMIT ?2",
+                 FROM hooks h JOIN deliveries d ON d.id >= h.head AND d.hook_id = h.id AND d.state = 0
+                      JOIN payloads p ON p.id = d.payload_id
+                 WHERE h.id = ?1 ORDER BY d.id LIMIT ?2",
             )?;
             for (hook, at) in heads {
                 if at > now {
@@ -407,6 +424,19 @@ impl Store {
                     leave.execute([a.hook_id])?;
                 }
             }
+            // Each hook's head moves on to its oldest delivery still pending.
+            let mut advance = tx.prepare_cached(
+                "UPDATE hooks SET head = coalesce(
+                     (SELECT d.id FROM deliveries d WHERE d.id >= hooks.head AND d.hook_id = hooks.id AND d.state = 0
+                      ORDER BY d.id LIMIT 1), head)
+                 WHERE id = ?1 AND pending > 0",
+            )?;
+            let mut hooks: Vec<i64> = attempts.iter().map(|a| a.hook_id).collect();
+            hooks.sort_unstable();
+            hooks.dedup();
+            for hook in hooks {
+                advance.execute([hook])?;
+            }
             Ok(())
         })
     }
@@ -414,10 +444,10 @@ impl Store {
     /// Forgets delivered and failed deliveries that finished before `before` (Unix seconds).
     pub fn purge_deliveries(&self, before: i64) -> Result<usize> {
         self.write(|tx| {
-            let n = tx.execute("DELETE FROM deliveries WHERE state <> 0 AND finished < ?1", [before])?;
+            let n = tx.exec("DELETE FROM deliveries WHERE state <> 0 AND finished < ?1", [before])?;
             // Payloads are written with their deliveries, both in id order: those older than the
             // oldest remaining delivery's are no longer referenced.
-            tx.execute(
+            tx.exec(
                 "DELETE FROM payloads WHERE id < coalesce((SELECT payload_id FROM deliveries ORDER BY id LIMIT 1),
                                                           (SELECT max(id) + 1 FROM payloads))",
                 [],
@@ -448,7 +478,8 @@ impl Store {
         }
         let names: Vec<&str> = events.iter().map(|e| e.as_str()).collect();
         let mut stmt = tx.prepare_cached(
-            "SELECT h.id, h.owner, h.event, h.constrainttype, h.contenttype FROM hooks h JOIN principals u ON u.id = h.owner
+            "SELECT h.id, h.owner, h.event, h.constrainttype, h.contenttype, h.pending
+             FROM hooks h JOIN principals u ON u.id = h.owner
              WHERE h.org = ?1 AND h.deleted = 0 AND h.active = 1 AND h.paused = 0 AND u.deleted = 0
                AND u.prevent_login = 0 AND h.event IN (SELECT value FROM json_each(?2))
              ORDER BY h.id",
@@ -461,6 +492,7 @@ impl Store {
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
+                    r.get::<_, i64>(5)?,
                 ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -474,7 +506,7 @@ impl Store {
         let mut seen: HashMap<i64, Option<Rendered>> = HashMap::new();
         // Payload rows already written, by (owner, event, content type); 0: too large to send.
         let mut payloads: HashMap<(i64, &'static str, &'static str), i64> = HashMap::new();
-        for (hook_id, owner, event, constraint, ct) in hooks {
+        for (hook_id, owner, event, constraint, ct, pending) in hooks {
             if !constraint_matches(&constraint, subject) {
                 continue;
             }
@@ -509,12 +541,20 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
             )?
             .execute((hook_id, event.as_str(), target_id(target), ct.as_str(), payload, now))?;
+            let delivery = tx.last_insert_rowid();
             wrote = true;
-            let pending: i64 = tx
-                .prepare_cached("UPDATE hooks SET pending = pending + 1 WHERE id = ?1 RETURNING pending")?
-                .query_row([hook_id], |r| r.get(0))?;
-            if pending >= outbox.backlog_max {
-                tx.execute("UPDATE hooks SET paused = 1 WHERE id = ?1", [hook_id])?;
+            // One delivery per hook and event: the count read above, plus this one. (A statement
+            // per row: one statement for many rows, or RETURNING, needs a statement journal,
+            // which costs more than the rows.)
+            let pending = pending + 1;
+            let pause = pending >= outbox.backlog_max;
+            // An empty queue starts at this delivery; otherwise its head stays.
+            tx.prepare_cached(
+                "UPDATE hooks SET pending = ?2, paused = ?3, head = CASE WHEN ?2 = 1 THEN ?4 ELSE head END
+                 WHERE id = ?1",
+            )?
+            .execute((hook_id, pending, pause, delivery))?;
+            if pause {
                 log::warn!("webhook {hook_id} paused: {pending} deliveries are pending; set it active again to resume");
             }
         }
@@ -529,6 +569,15 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Where a hook's pending deliveries start (past the end when it has none).
+fn queue_start(tx: &Transaction<'_>, hook_id: i64) -> Result<i64> {
+    Ok(tx.query_row(
+        "SELECT CASE WHEN pending > 0 THEN head ELSE 9223372036854775807 END FROM hooks WHERE id = ?1",
+        [hook_id],
+        |r| r.get(0),
+    )?)
 }
 
 fn target_id(target: Target) -> i64 {

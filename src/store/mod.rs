@@ -340,6 +340,18 @@ fn search_text(name: &str, fields: &FieldValues) -> String {
     out
 }
 
+/// `execute` through the connection's statement cache, for the fixed statements of the write
+/// paths (the cache holds them prepared; a plain `execute` compiles the SQL every time).
+trait ExecCached {
+    fn exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+}
+
+impl ExecCached for Connection {
+    fn exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+}
+
 /// A JSON array of integers, for `IN (SELECT value FROM json_each(?))`.
 fn json_ids(ids: &[i64]) -> String {
     serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())

@@ -2,6 +2,7 @@
 
 use rusqlite::{OptionalExtension, Row, Transaction};
 
+use super::ExecCached;
 use super::{Result, Store, StoreError, json_ids};
 use crate::config::Organization;
 use crate::model::{Principal, PrincipalKind, Viewer};
@@ -52,7 +53,7 @@ impl Store {
     pub fn sync_organizations(&self, orgs: &[Organization]) -> Result<()> {
         self.write(|tx| {
             for o in orgs {
-                tx.execute(
+                tx.exec(
                     "INSERT INTO organizations (id, name) VALUES (?1, ?2)
                      ON CONFLICT (id) DO UPDATE SET name = excluded.name",
                     (&o.id, &o.name),
@@ -74,14 +75,14 @@ impl Store {
             for g in u.groups {
                 group_in_org(tx, *g, u.org)?;
             }
-            tx.execute(
+            tx.exec(
                 "INSERT INTO principals (org, kind, name, email, token_sha256, admin, prevent_private, created)
                  VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 (u.org, u.name, u.email, u.token_sha256, u.admin, u.prevent_private, now_secs()),
             )?;
             let id = tx.last_insert_rowid();
             for g in u.groups {
-                tx.execute("INSERT OR IGNORE INTO memberships (group_id, user_id) VALUES (?1, ?2)", (g, id))?;
+                tx.exec("INSERT OR IGNORE INTO memberships (group_id, user_id) VALUES (?1, ?2)", (g, id))?;
             }
             Ok(id)
         })
@@ -90,7 +91,7 @@ impl Store {
     /// Replaces a user's token hash (a new token); refuses deleted users.
     pub fn set_token(&self, email: &str, token_sha256: &[u8]) -> Result<()> {
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE principals SET token_sha256 = ?2 WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
                 (email, token_sha256),
             )?;
@@ -101,7 +102,7 @@ impl Store {
     /// Sets `preventlogin`: the user can no longer call the API.
     pub fn disable_user(&self, email: &str, disabled: bool) -> Result<()> {
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE principals SET prevent_login = ?2 WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
                 (email, disabled),
             )?;
@@ -113,7 +114,7 @@ impl Store {
     /// Their records keep their ownership.
     pub fn delete_user(&self, email: &str) -> Result<()> {
         self.write(|tx| {
-            let n = tx.execute(
+            let n = tx.exec(
                 "UPDATE principals SET deleted = 1, token_sha256 = NULL
                  WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
                 [email],
@@ -134,7 +135,7 @@ impl Store {
             if let Some(id) = exists {
                 return Err(StoreError::Duplicate(format!("group {name:?} already exists with id {id}")));
             }
-            tx.execute(
+            tx.exec(
                 "INSERT INTO principals (org, kind, name, email, created) VALUES (?1, 2, ?2, ?3, ?4)",
                 (org, name, email, now_secs()),
             )?;
@@ -145,7 +146,7 @@ impl Store {
     pub fn delete_group(&self, group_id: i64) -> Result<()> {
         self.write(|tx| {
             let n =
-                tx.execute("UPDATE principals SET deleted = 1 WHERE kind = 2 AND deleted = 0 AND id = ?1", [group_id])?;
+                tx.exec("UPDATE principals SET deleted = 1 WHERE kind = 2 AND deleted = 0 AND id = ?1", [group_id])?;
             if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
         })
     }
@@ -163,7 +164,7 @@ impl Store {
             let (user_id, org) =
                 user.ok_or_else(|| StoreError::BadReference(format!("no user with e-mail {email}")))?;
             group_in_org(tx, group_id, &org)?;
-            tx.execute("INSERT OR IGNORE INTO memberships (group_id, user_id) VALUES (?1, ?2)", (group_id, user_id))?;
+            tx.exec("INSERT OR IGNORE INTO memberships (group_id, user_id) VALUES (?1, ?2)", (group_id, user_id))?;
             Ok(())
         })
     }

@@ -1,5 +1,6 @@
 //! Persistence of the per-user hourly call counters (the counting itself is in memory).
 
+use super::ExecCached;
 use super::{Result, Store};
 
 impl Store {
@@ -22,7 +23,7 @@ impl Store {
             for (user, used) in counters {
                 stmt.execute((user, hour, used))?;
             }
-            tx.execute("DELETE FROM quota WHERE hour < ?1", [hour - 24])?;
+            tx.exec("DELETE FROM quota WHERE hour < ?1", [hour - 24])?;
             Ok(())
         })
     }

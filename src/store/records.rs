@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, ToSql, Transaction};
 
+use super::ExecCached;
 use super::activities::FileInfo;
 use super::hooks::Target;
 use super::principals::{owner_ids_json, principal_kind};
@@ -238,7 +239,7 @@ impl Store {
             check_principal_fields(tx, viewer, &new.fields)?;
             let now = now_secs();
             let name = new.record_type.display_name(&new.fields);
-            tx.execute(
+            tx.exec(
                 "INSERT INTO items (org, typeid, ownership, name, fields, search, flagged, created, updated, creator,
                                     modificator)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?9)",
@@ -255,7 +256,7 @@ impl Store {
                 ),
             )?;
             let id = tx.last_insert_rowid();
-            tx.execute("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
+            tx.exec("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
             let (added, _) = change_categories(tx, viewer, new.record_type, id, &new.categories_add, &[])?;
             add_related(tx, viewer, id, &new.related_add)?;
             let mut events = vec![Event::ItemsCreate];
@@ -288,7 +289,7 @@ impl Store {
             };
             let flagged = changes.flagged.unwrap_or(current.flagged);
             let name = record_type.display_name(&fields);
-            tx.execute(
+            tx.exec(
                 "UPDATE items SET name = ?2, fields = ?3, search = ?4, ownership = ?5, flagged = ?6, updated = ?7,
                                   modificator = ?8
                  WHERE id = ?1",
@@ -307,7 +308,7 @@ impl Store {
                 change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
             add_related(tx, viewer, id, &changes.related_add)?;
             for related in &changes.related_remove {
-                tx.execute("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, related))?;
+                tx.exec("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, related))?;
             }
             let mut events = vec![Event::ItemsUpdate];
             if added > 0 {
@@ -328,7 +329,7 @@ impl Store {
             // The notification carries the record as it was, activities included.
             let wrote = self.emit(tx, &viewer.org, &[Event::ItemsDelete], Target::Record(record_type, id))?;
             let now = now_secs();
-            tx.execute(
+            tx.exec(
                 "UPDATE items SET archived = ?1, updated = ?2, modificator = ?3
                  WHERE (id = ?1 OR record_id = ?1) AND archived IS NULL",
                 (id, now, viewer.user_id),
@@ -342,7 +343,7 @@ impl Store {
     pub fn restore_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
         self.write_emitting(|tx| {
             load_record_in(tx, viewer, record_type, id, State::Deleted)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE archived = ?1",
                 (id, now_secs(), viewer.user_id),
             )?;
@@ -456,7 +457,7 @@ impl Store {
             if let Some(id) = existing {
                 return Err(StoreError::Duplicate(format!("category tag {name:?} already exists with id {id}")));
             }
-            tx.execute(
+            tx.exec(
                 "INSERT INTO categories (org, record_type, name, created, creator) VALUES (?1, ?2, ?3, ?4, ?5)",
                 (&viewer.org, record_type.typeid(), name, now_secs(), viewer.user_id),
             )?;

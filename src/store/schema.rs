@@ -128,6 +128,7 @@ CREATE TABLE hooks (
     secret         TEXT NOT NULL DEFAULT '',
     paused         INTEGER NOT NULL DEFAULT 0,                 -- backlog over the limit: not fed
     pending        INTEGER NOT NULL DEFAULT 0,                 -- its deliveries in state 0, kept by the store
+    head           INTEGER NOT NULL DEFAULT 0,                 -- while pending > 0: id of its oldest pending delivery
     created        INTEGER NOT NULL,
     updated        INTEGER NOT NULL,
     deleted        INTEGER NOT NULL DEFAULT 0
@@ -157,8 +158,10 @@ CREATE TABLE deliveries (
     created     INTEGER NOT NULL,
     finished    INTEGER
 );
--- A hook's queue (state 0, in id order) and its listing; finished ones for the purge.
-CREATE INDEX deliveries_hook ON deliveries (hook_id, state, id);
+-- Pending deliveries are in no index, so that writing one costs a row and nothing more: a
+-- hook's queue is read in id order from its head (hooks.head). Finished ones are indexed per
+-- hook (listing), by time (purge), and when failed (counts).
+CREATE INDEX deliveries_done ON deliveries (hook_id, id) WHERE state <> 0;
 CREATE INDEX deliveries_finished ON deliveries (finished) WHERE state <> 0;
 CREATE INDEX deliveries_failed ON deliveries (hook_id) WHERE state = 2;
 "#,

@@ -306,6 +306,55 @@ fn failing_receiver_retries_then_fails_then_manual_retry() {
 }
 
 #[test]
+fn a_failed_delivery_sent_again_goes_first_and_a_deleted_hook_fails_its_queue() {
+    let s = start("a_failed_delivery_sent_again_goes_first");
+    let (rx, other) = (Receiver::start(), Receiver::start());
+    rx.answer(500);
+    let c = s.admin_client();
+    let h = hook(&c, "items.create", "all", &rx.url("/in"), "json", "k");
+    let o = hook(&c, "items.create", "all", &other.url("/in"), "json", "k");
+    let first = c.create("contacts", r#"{"firstname": "One"}"#);
+    let failed = wait_for("the first delivery to fail for good", || {
+        let v = c.get_json(&format!("/hooks/{h}/deliveries")).json();
+        let d = v["deliveries"][0].clone();
+        (d["state"] == "failed").then_some(d["id"].as_i64().unwrap())
+    });
+    rx.take_down();
+    let later: Vec<i64> = (2..4).map(|i| c.create("contacts", &format!(r#"{{"firstname": "N{i}"}}"#))).collect();
+    // The listing is newest first across pending and finished deliveries.
+    let v = wait_for("an attempt on the second delivery", || {
+        let v = c.get_json(&format!("/hooks/{h}/deliveries")).json();
+        (v["deliveries"][1]["attempts"].as_i64() >= Some(1)).then_some(v)
+    });
+    let listed: Vec<(i64, &str)> = v["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["objectid"].as_i64().unwrap(), d["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, vec![(later[1], "pending"), (later[0], "pending"), (first, "failed")]);
+    // Sent again, the old one joins the queue at its head.
+    c.call(Req::new("POST", &format!("/hooks/{h}/deliveries/{failed}/retry"))).assert_status(200);
+    rx.answer(200);
+    rx.bring_up();
+    let got = rx.wait_accepted(3);
+    let order: Vec<i64> = got.iter().map(|r| r.json()["objectid"].as_i64().unwrap()).collect();
+    assert_eq!(order, vec![first, later[0], later[1]]);
+    other.wait_accepted(3);
+    // Deleting a hook ends its queue as failed.
+    other.take_down();
+    c.create("contacts", r#"{"firstname": "Last"}"#);
+    wait_for("the other hook to hold one pending delivery", || {
+        (c.get_json("/health").json()["webhooks"]["pending"] == 1).then_some(())
+    });
+    c.delete(&format!("/hooks/{o}")).assert_status(200);
+    let w = c.get_json("/health").json()["webhooks"].clone();
+    assert_eq!((w["pending"].as_i64(), w["failed"].as_i64()), (Some(0), Some(1)), "{w}");
+    // The first hook delivered everything.
+    assert_eq!(c.get_json(&format!("/hooks/{h}")).json()["hook"]["pending"], 0);
+}
+
+#[test]
 fn pending_deliveries_survive_kill_9() {
     let s = start("pending_deliveries_survive_kill_9");
     let rx = Receiver::start();
@@ -371,4 +420,30 @@ impl XmlObjectId for Received {
         let end = t[start..].find('<').unwrap() + start;
         t[start..end].parse().unwrap()
     }
+}
+
+#[test]
+fn senders_give_way_to_the_rest_of_the_service() {
+    let s = start("senders_give_way_to_the_rest_of_the_service");
+    // Thread name and nice value of every thread of the process.
+    let threads = || -> Vec<(String, i64)> {
+        let mut nice: Vec<(String, i64)> = std::fs::read_dir(format!("/proc/{}/task", s.pid()))
+            .unwrap()
+            .filter_map(|t| {
+                let t = t.ok()?.path();
+                let comm = std::fs::read_to_string(t.join("comm")).ok()?.trim().to_string();
+                let stat = std::fs::read_to_string(t.join("stat")).ok()?;
+                Some((comm, stat.rsplit_once(')')?.1.split_whitespace().nth(16)?.parse().ok()?))
+            })
+            .collect();
+        nice.sort();
+        nice
+    };
+    let nice = wait_for("the four senders at nice 10", || {
+        let nice = threads();
+        let senders: Vec<i64> = nice.iter().filter(|(n, _)| n.starts_with("webhook-send")).map(|(_, v)| *v).collect();
+        (senders == vec![10; 4]).then_some(nice)
+    });
+    assert!(nice.iter().filter(|(n, _)| n.starts_with("http-worker")).all(|(_, v)| *v == 0), "{nice:?}");
+    assert!(nice.iter().any(|(n, v)| n == "webhook-dispatc" && *v == 0), "{nice:?}");
 }
