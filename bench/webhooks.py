@@ -4,12 +4,16 @@ local receiver.
 
     cargo build --release
     python3 bench/webhooks.py [--bin target/release/sitegate] [--seconds 10] [--clients 8]
+                              [--dead-receiver [--wrk]]
 
 Creates contacts from N keep-alive clients for a fixed time, first with no hooks, then with
 10 active items.create hooks (JSON, signed) pointing at a local receiver that answers 200 at
-once; then waits until the outbox is drained and reports the delivery rate. Python standard
-library only; the receiver runs in a separate process so it does not share the GIL with the
-load generator.
+once; then waits until the outbox is drained, and times the drain of a batch written while the
+receiver held its answers (the delivery rate with no API load beside it). With
+--dead-receiver the hooks point at a closed port: the second phase measures writing the outbox
+alone. --wrk takes the load from wrk on CPU 1 with the service pinned to CPU 0. Prints the CPU
+time the service and the receiver used in each phase. Python standard library only; the
+receiver runs in a separate process so it does not share the GIL with the load generator.
 """
 
 import argparse
@@ -18,8 +22,10 @@ import http.server
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import socketserver
+import subprocess
 import sys
 import tempfile
 import threading
@@ -80,6 +86,27 @@ def load(port, auth, seconds, clients):
     return sum(counts) / (time.time() - started), sum(counts)
 
 
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = '{"firstname": "Load", "lastname": "W"}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "%s"
+"""
+
+
+def load_wrk(port, auth, seconds, clients, workdir):
+    """The same load from wrk (one thread, `clients` connections) pinned to CPU 1."""
+    script = os.path.join(workdir, "create.lua")
+    with open(script, "w") as f:
+        f.write(WRK_SCRIPT % auth)
+    out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{clients}", f"-d{seconds:.0f}s", "-s", script,
+                          f"http://127.0.0.1:{port}/contacts"], capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"create failed under wrk:\n{out}")
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    return float(re.search(r"Requests/sec:\s*([\d.]+)", out).group(1)), total
+
+
 def cpu_seconds(pid):
     """User plus system CPU time of a process so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -99,6 +126,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--hooks", type=int, default=10)
+    ap.add_argument("--wrk", action="store_true",
+                    help="load from wrk pinned to CPU 1, the service pinned to CPU 0 (with --dead-receiver)")
     ap.add_argument("--dead-receiver", action="store_true",
                     help="point the hooks at a closed port: measures writing the outbox alone")
     args = ap.parse_args()
@@ -112,8 +141,13 @@ def main():
     # A backlog limit above anything the run queues, so that no hook is paused mid-run.
     proc, port, auth = start(os.path.abspath(args.bin), workdir, "[webhooks]\nbacklog_max = 10000000\n")
     try:
+        if args.wrk:
+            subprocess.run(["taskset", "-a", "-p", "-c", "0", str(proc.pid)], check=True, capture_output=True)
+            run_load = lambda: load_wrk(port, auth, args.seconds, args.clients, workdir)  # noqa: E731
+        else:
+            run_load = lambda: load(port, auth, args.seconds, args.clients)  # noqa: E731
         cpu = cpu_seconds(proc.pid)
-        rate0, n0 = load(port, auth, args.seconds, args.clients)
+        rate0, n0 = run_load()
         cpu0 = cpu_seconds(proc.pid) - cpu
         print(f"no hooks: {rate0:.0f} creates/s ({n0} in {args.seconds:.0f} s, {args.clients} clients); "
               f"service CPU {cpu0:.1f} s")
@@ -128,7 +162,7 @@ def main():
             r.read()
             assert r.status == 201, r.status
         cpu, rcpu = cpu_seconds(proc.pid), cpu_seconds(receiver.pid)
-        rate1, n1 = load(port, auth, args.seconds, args.clients)
+        rate1, n1 = run_load()
         cpu1, rcpu1 = cpu_seconds(proc.pid) - cpu, cpu_seconds(receiver.pid) - rcpu
         h = health(port)
         print(f"{args.hooks} hooks: {rate1:.0f} creates/s ({n1} creates, {n1 * args.hooks} deliveries queued); "
