@@ -113,6 +113,9 @@ pub const WEBHOOK_BODY_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes of a receiver's answer read (and kept as the error of a failed attempt).
 pub const WEBHOOK_RESPONSE_BYTES_MAX: u64 = 64 * 1024;
 pub const WEBHOOK_ERROR_CHARS_MAX: usize = 500;
+/// A hook whose batch takes longer than this (or fails) counts as slow: slow hooks share half
+/// the senders.
+pub const WEBHOOK_SLOW_BATCH_MS: u64 = 2_000;
 /// Nice value of the sending threads (0 normal, 19 lowest): they give way to the API.
 pub const WEBHOOK_SENDER_NICE: i32 = 10;
 /// Kept-alive connections to receivers, all senders together.

@@ -9,7 +9,7 @@
 //! see a delivery twice after a crash between sending and recording; `X-Sitegate-Delivery`
 //! carries the delivery id for deduplication.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -127,6 +127,54 @@ impl Deliverer {
     }
 }
 
+/// What the senders are busy with. A hook whose last batch failed or took longer than
+/// `WEBHOOK_SLOW_BATCH_MS` is slow, and slow hooks get at most half the senders: receivers that
+/// stall can hold up their own hooks, not the others (beyond one timeout when they first stall).
+struct Senders {
+    workers: usize,
+    busy: HashMap<i64, Instant>,
+    slow: HashSet<i64>,
+}
+
+impl Senders {
+    fn new(workers: usize) -> Senders {
+        Senders { workers, busy: HashMap::new(), slow: HashSet::new() }
+    }
+
+    fn free(&self) -> usize {
+        self.workers.saturating_sub(self.busy.len())
+    }
+
+    fn idle(&self) -> bool {
+        self.busy.is_empty()
+    }
+
+    fn busy_hooks(&self) -> Vec<i64> {
+        self.busy.keys().copied().collect()
+    }
+
+    fn may_take(&self, hook_id: i64) -> bool {
+        if !self.slow.contains(&hook_id) {
+            return true;
+        }
+        let slow_busy = self.busy.keys().filter(|h| self.slow.contains(h)).count();
+        slow_busy < (self.workers / 2).max(1)
+    }
+
+    fn take(&mut self, hook_id: i64) {
+        self.busy.insert(hook_id, Instant::now());
+    }
+
+    fn done(&mut self, d: &Done) {
+        let took = self.busy.remove(&d.hook_id).map(|t| t.elapsed()).unwrap_or_default();
+        if d.attempts.iter().any(|a| !a.delivered) || took > Duration::from_millis(limits::WEBHOOK_SLOW_BATCH_MS) {
+            self.slow.insert(d.hook_id);
+        } else {
+            self.slow.remove(&d.hook_id);
+        }
+    }
+}
+
 fn dispatch(
     store: &Store,
     config: &WebhooksConfig,
@@ -136,7 +184,7 @@ fn dispatch(
     job_tx: crossbeam_channel::Sender<Vec<Outgoing>>,
     done_rx: &crossbeam_channel::Receiver<Done>,
 ) {
-    let mut busy: HashSet<i64> = HashSet::new();
+    let mut senders = Senders::new(config.workers);
     let mut last_purge: Option<Instant> = None;
     let mut last_summary: Option<Instant> = None;
     let poll = Duration::from_millis(limits::WEBHOOK_POLL_INTERVAL_MS);
@@ -152,34 +200,38 @@ fn dispatch(
                 log::warn!("webhooks: cannot record {} attempts (they will be sent again): {e}", attempts.len());
             }
             for d in &done {
-                busy.remove(&d.hook_id);
+                senders.done(d);
             }
         }
         if stopping {
-            if busy.is_empty() {
+            if senders.idle() {
                 break;
             }
+            // Wait for the batches in flight (each sender stops after its current attempt).
             if let Ok(d) = done_rx.recv_timeout(poll) {
-                // Put it back for the next round of recording.
-                let hook_id = d.hook_id;
                 if let Err(e) = store.record_attempts(&d.attempts) {
                     log::warn!("webhooks: cannot record attempts at shutdown: {e}");
                 }
-                busy.remove(&hook_id);
+                senders.done(&d);
             }
             continue;
         }
         // Hand out what is due: per free sender, one hook's next deliveries in order.
         let mut next_due = None;
-        let free = config.workers.saturating_sub(busy.len());
-        if free > 0 {
-            let busy_ids: Vec<i64> = busy.iter().copied().collect();
+        if senders.free() > 0 {
             last_read = Instant::now();
-            match store.due_deliveries(now_secs(), &busy_ids, limits::WEBHOOK_BATCH_PER_HOOK) {
+            match store.due_deliveries(now_secs(), &senders.busy_hooks(), limits::WEBHOOK_BATCH_PER_HOOK) {
                 Ok((batches, next)) => {
                     next_due = next;
-                    for batch in batches.into_iter().filter(|b| !b.is_empty()).take(free) {
-                        busy.insert(batch[0].hook_id);
+                    for batch in batches {
+                        let Some(hook_id) = batch.first().map(|o| o.hook_id) else { continue };
+                        if senders.free() == 0 {
+                            break;
+                        }
+                        if !senders.may_take(hook_id) {
+                            continue;
+                        }
+                        senders.take(hook_id);
                         if job_tx.send(batch).is_err() {
                             return;
                         }
@@ -227,7 +279,7 @@ fn dispatch(
                     if let Err(e) = store.record_attempts(&d.attempts) {
                         log::warn!("webhooks: cannot record {} attempts: {e}", d.attempts.len());
                     }
-                    busy.remove(&d.hook_id);
+                    senders.done(&d);
                 }
             }
             default(wait) => {}

@@ -587,7 +587,7 @@ impl Transcript {
 
 /// A webhook receiver inside the test process: an HTTP server on 127.0.0.1 that records what
 /// it is sent and answers with the status it is told. It can be taken down (connections
-/// refused) and brought up again on the same port.
+/// refused) and brought up again on the same port, or stall (read requests, never answer).
 pub struct Receiver {
     pub addr: SocketAddr,
     state: Arc<ReceiverState>,
@@ -598,6 +598,10 @@ struct ReceiverState {
     received: Mutex<Vec<Received>>,
     status: std::sync::atomic::AtomicU16,
     down: std::sync::atomic::AtomicBool,
+    stall: std::sync::atomic::AtomicBool,
+    /// Requests held unanswered now, and the most at once since the last reset.
+    stalled_now: std::sync::atomic::AtomicUsize,
+    stalled_max: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Clone, Debug)]
@@ -684,6 +688,10 @@ impl Receiver {
             if reader.read_exact(&mut body).is_err() {
                 return;
             }
+            if state.stall.load(std::sync::atomic::Ordering::SeqCst) {
+                Receiver::hold(&stream, state, Received { path, headers, body, answered: 0 });
+                return;
+            }
             let status = state.status.load(std::sync::atomic::Ordering::SeqCst);
             state.received.lock().unwrap().push(Received { path, headers, body, answered: status });
             let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\nok");
@@ -691,6 +699,35 @@ impl Receiver {
                 return;
             }
         }
+    }
+
+    /// Holds a request unanswered while stalling, until the client gives up; then closes.
+    fn hold(stream: &TcpStream, state: &ReceiverState, request: Received) {
+        use std::sync::atomic::Ordering::SeqCst;
+        state.received.lock().unwrap().push(request);
+        let now = state.stalled_now.fetch_add(1, SeqCst) + 1;
+        state.stalled_max.fetch_max(now, SeqCst);
+        stream.set_read_timeout(Some(Duration::from_millis(20))).ok();
+        while state.stall.load(SeqCst) {
+            match stream.peek(&mut [0u8; 1]) {
+                Ok(0) => break, // the client closed the connection
+                Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
+        state.stalled_now.fetch_sub(1, SeqCst);
+    }
+
+    /// Stalls: from now on requests are read and never answered (or answers again).
+    pub fn stall(&self, on: bool) {
+        self.state.stall.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The most requests held unanswered at once since the last call.
+    pub fn take_stalled_max(&self) -> usize {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.state.stalled_max.swap(self.state.stalled_now.load(SeqCst), SeqCst)
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -355,6 +355,37 @@ fn a_failed_delivery_sent_again_goes_first_and_a_deleted_hook_fails_its_queue() 
 }
 
 #[test]
+fn stalled_receivers_share_half_the_senders() {
+    let config = format!("{}workers = 2\ntimeout_ms = 1000\n", config());
+    let s = Service::start_with("stalled_receivers_share_half_the_senders", Options { config: &config, env: vec![] });
+    let (stalled, fast) = (Receiver::start(), Receiver::start());
+    stalled.stall(true);
+    let c = s.admin_client();
+    let slow_hooks = [
+        hook(&c, "items.create", "all", &stalled.url("/a"), "json", "k"),
+        hook(&c, "items.create", "all", &stalled.url("/b"), "json", "k"),
+    ];
+    hook(&c, "items.create", "all", &fast.url("/in"), "json", "k");
+    let attempts_at_least = |n: i64| {
+        slow_hooks.iter().all(|h| {
+            let v = c.get_json(&format!("/hooks/{h}/deliveries")).json();
+            v["deliveries"][0]["attempts"].as_i64().unwrap_or(0) >= n
+        })
+    };
+    c.create("contacts", r#"{"firstname": "S1"}"#);
+    // Both stall at once at first (neither is known slow yet); once they are, they take turns
+    // on one sender and the other sender stays free.
+    wait_for("two attempts on each stalled hook", || attempts_at_least(2).then_some(()));
+    stalled.take_stalled_max();
+    c.create("contacts", r#"{"firstname": "S2"}"#);
+    c.create("contacts", r#"{"firstname": "S3"}"#);
+    fast.wait_accepted(3);
+    wait_for("four attempts on each stalled hook", || attempts_at_least(4).then_some(()));
+    assert_eq!(stalled.take_stalled_max(), 1, "stalled hooks held both senders at once");
+    stalled.stall(false);
+}
+
+#[test]
 fn pending_deliveries_survive_kill_9() {
     let s = start("pending_deliveries_survive_kill_9");
     let rx = Receiver::start();
