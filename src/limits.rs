@@ -126,6 +126,10 @@ pub const WEBHOOK_BATCH_PER_HOOK: u32 = 32;
 pub const WEBHOOK_READ_SPACING_MS: u64 = 5;
 /// How often the delivery worker looks for due deliveries when nothing wakes it.
 pub const WEBHOOK_POLL_INTERVAL_MS: u64 = 1_000;
+/// How often delivered and failed deliveries past the retention are purged.
+pub const WEBHOOK_PURGE_INTERVAL_S: u64 = 3_600;
+/// Deliveries (and payloads) purged per write transaction.
+pub const WEBHOOK_PURGE_ROWS_MAX: u32 = 2_000;
 /// Deliveries listed by `/hooks/{id}/deliveries` at most.
 pub const WEBHOOK_DELIVERIES_LISTED_MAX: u32 = 1_000;
 /// Bytes of a hook's url, title or secret.

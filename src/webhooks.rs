@@ -186,6 +186,7 @@ fn dispatch(
 ) {
     let mut senders = Senders::new(config.workers);
     let mut last_purge: Option<Instant> = None;
+    let mut purged = 0usize;
     let mut last_summary: Option<Instant> = None;
     let poll = Duration::from_millis(limits::WEBHOOK_POLL_INTERVAL_MS);
     let spacing = Duration::from_millis(limits::WEBHOOK_READ_SPACING_MS);
@@ -240,14 +241,27 @@ fn dispatch(
                 Err(e) => log::warn!("webhooks: cannot read the outbox: {e}"),
             }
         }
-        if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+        if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(limits::WEBHOOK_PURGE_INTERVAL_S)) {
             let before = now_secs() - i64::try_from(config.retention_days * 86_400).unwrap_or(i64::MAX);
-            match store.purge_deliveries(before) {
-                Ok(n) if n > 0 => log::info!("webhooks: forgot {n} finished deliveries older than the retention"),
-                Ok(_) => {}
-                Err(e) => log::warn!("webhooks: cannot purge old deliveries: {e}"),
+            // One batch per round, so the purge never holds the writer for long; a full batch
+            // means more to do in the next round.
+            let more = match store.purge_deliveries(before, limits::WEBHOOK_PURGE_ROWS_MAX) {
+                Ok(n) => {
+                    purged += n;
+                    n == limits::WEBHOOK_PURGE_ROWS_MAX as usize
+                }
+                Err(e) => {
+                    log::warn!("webhooks: cannot purge old deliveries: {e}");
+                    false
+                }
+            };
+            if !more {
+                if purged > 0 {
+                    log::info!("webhooks: forgot {purged} finished deliveries older than the retention");
+                }
+                purged = 0;
+                last_purge = Some(Instant::now());
             }
-            last_purge = Some(Instant::now());
         }
         if last_summary.is_none_or(|t| t.elapsed() >= poll) {
             if let Ok((pending, failed, _)) = store.delivery_summary() {

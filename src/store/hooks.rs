@@ -441,16 +441,25 @@ impl Store {
         })
     }
 
-    /// Forgets delivered and failed deliveries that finished before `before` (Unix seconds).
-    pub fn purge_deliveries(&self, before: i64) -> Result<usize> {
+    /// Forgets up to `rows_max` delivered and failed deliveries that finished before `before`
+    /// (Unix seconds), and the payloads no delivery refers to any more. Returns how many
+    /// deliveries it forgot: `rows_max` means there may be more (each call is one short write).
+    pub fn purge_deliveries(&self, before: i64, rows_max: u32) -> Result<usize> {
         self.write(|tx| {
-            let n = tx.exec("DELETE FROM deliveries WHERE state <> 0 AND finished < ?1", [before])?;
+            let n = tx.exec(
+                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state <> 0 AND finished < ?1
+                                                     ORDER BY finished LIMIT ?2)",
+                (before, rows_max),
+            )?;
             // Payloads are written with their deliveries, both in id order: those older than the
             // oldest remaining delivery's are no longer referenced.
             tx.exec(
-                "DELETE FROM payloads WHERE id < coalesce((SELECT payload_id FROM deliveries ORDER BY id LIMIT 1),
-                                                          (SELECT max(id) + 1 FROM payloads))",
-                [],
+                "DELETE FROM payloads WHERE id IN (
+                    SELECT id FROM payloads
+                    WHERE id < coalesce((SELECT payload_id FROM deliveries ORDER BY id LIMIT 1),
+                                        (SELECT max(id) + 1 FROM payloads))
+                    ORDER BY id LIMIT ?1)",
+                [rows_max],
             )?;
             Ok(n)
         })
@@ -644,4 +653,56 @@ fn render_bounded(outbox: &Outbox, view: &Rendered, event: Event, target: Target
         ),
     };
     if body.len() <= outbox.body_bytes_max { body } else { Vec::new() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Store;
+
+    /// Finished deliveries past the retention go in bounded batches, with the payloads only they
+    /// used; pending ones and what they refer to stay.
+    #[test]
+    fn purging_is_batched_and_keeps_pending_deliveries() {
+        let dir = std::env::temp_dir().join(format!("sitegate-purge-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("site.db");
+        let store = Store::open(&path).unwrap();
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+        // Five old finished deliveries (payloads 1..=5), then one pending (payload 6) and one
+        // finished recently (payload 7).
+        for p in 1..=7 {
+            raw.execute("INSERT INTO payloads (id, body) VALUES (?1, x'00')", [p]).unwrap();
+            let (state, finished) = match p {
+                6 => (0, None),
+                7 => (1, Some(2_000)),
+                _ => (if p % 2 == 0 { 2 } else { 1 }, Some(100 + p)),
+            };
+            raw.execute(
+                "INSERT INTO deliveries (id, hook_id, event, object_id, contenttype, payload_id, state, next_at, created,
+                                         finished)
+                 VALUES (?1, 1, 'items.create', 1, 'xml', ?1, ?2, 0, 0, ?3)",
+                (p, state, finished),
+            )
+            .unwrap();
+        }
+        let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 2);
+        assert_eq!(count("SELECT count(*) FROM deliveries"), 5);
+        assert_eq!(count("SELECT min(id) FROM payloads"), 3);
+        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 2);
+        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 1);
+        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 0);
+        let ids = |table: &str| -> String {
+            raw.query_row(&format!("SELECT group_concat(id) FROM (SELECT id FROM {table} ORDER BY id)"), [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        assert_eq!(ids("deliveries"), "6,7");
+        assert_eq!(ids("payloads"), "6,7");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
