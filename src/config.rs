@@ -59,6 +59,7 @@ pub struct RawHttp {
     pub connections_max: Option<usize>,
     pub body_bytes_max: Option<usize>,
     pub upload_bytes_max: Option<usize>,
+    pub batch_bytes_max: Option<usize>,
     pub header_read_timeout_ms: Option<u64>,
     pub body_read_timeout_ms: Option<u64>,
     pub tls_listen: Option<String>,
@@ -148,6 +149,8 @@ pub struct HttpConfig {
     pub body_bytes_max: usize,
     /// The body limit of multipart/form-data requests (file uploads).
     pub upload_bytes_max: usize,
+    /// The body limit of `POST /batch` (multipart/mixed).
+    pub batch_bytes_max: usize,
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
     pub tls: Option<TlsConfig>,
@@ -316,6 +319,13 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         limits::HTTP_UPLOAD_BYTES_MAX_DEFAULT,
         1024,
         limits::HTTP_UPLOAD_BYTES_MAX_CEILING,
+    )?;
+    let batch_bytes_max = bounded(
+        "http.batch_bytes_max",
+        h.batch_bytes_max,
+        limits::HTTP_BATCH_BYTES_MAX_DEFAULT,
+        1024,
+        limits::HTTP_BATCH_BYTES_MAX_CEILING,
     )?;
     let header_read_timeout_ms = bounded(
         "http.header_read_timeout_ms",
@@ -506,6 +516,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             connections_max,
             body_bytes_max,
             upload_bytes_max,
+            batch_bytes_max,
             header_read_timeout_ms,
             body_read_timeout_ms,
             tls,
@@ -554,6 +565,7 @@ impl Config {
                 connections_max: Some(self.http.connections_max),
                 body_bytes_max: Some(self.http.body_bytes_max),
                 upload_bytes_max: Some(self.http.upload_bytes_max),
+                batch_bytes_max: Some(self.http.batch_bytes_max),
                 header_read_timeout_ms: Some(self.http.header_read_timeout_ms),
                 body_read_timeout_ms: Some(self.http.body_read_timeout_ms),
                 tls_listen: self.http.tls.as_ref().map(|t| t.listen.to_string()),

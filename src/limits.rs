@@ -18,6 +18,16 @@ pub const HTTP_WORKERS_CEILING: usize = 64;
 pub const HTTP_UPLOAD_BYTES_MAX_DEFAULT: usize = 16 * 1024 * 1024;
 pub const HTTP_UPLOAD_BYTES_MAX_CEILING: usize = 256 * 1024 * 1024;
 
+/// Largest `POST /batch` body (`[http] batch_bytes_max`).
+pub const HTTP_BATCH_BYTES_MAX_DEFAULT: usize = 8 * 1024 * 1024;
+pub const HTTP_BATCH_BYTES_MAX_CEILING: usize = 256 * 1024 * 1024;
+/// Nested requests in one batch; more and the whole batch is refused.
+pub const BATCH_PARTS_MAX: usize = 100;
+/// Headers of one part, and of the nested request in it.
+pub const BATCH_PART_HEADERS_MAX: usize = 64;
+/// Bytes of the batch reply; a nested answer that would go beyond it is replaced by an error.
+pub const BATCH_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
+
 /// A body over `body_bytes_max` is still read and discarded up to this many bytes before the
 /// 413 goes out, so the client sees the answer instead of a reset connection.
 pub const HTTP_DRAIN_BYTES_MAX: usize = 8 * 1024 * 1024;

@@ -47,6 +47,12 @@ impl Quota {
         Ok(*used)
     }
 
+    /// Calls the user made in the hour of `now` (nothing counted).
+    pub fn used(&self, user: i64, now: i64) -> u32 {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.hour != hour_of(now) { 0 } else { state.used.get(&user).copied().unwrap_or(0) }
+    }
+
     /// The current hour and its counters, for writing to the store.
     pub fn snapshot(&self) -> (i64, Vec<(i64, u32)>) {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);

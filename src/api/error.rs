@@ -19,6 +19,7 @@
 //! | requesttimeout | 408 | the body did not arrive in time |
 //! | alreadyexists | 409 | a unique name is taken |
 //! | requesttoolarge | 413 | the body is over the limit |
+//! | replytoolarge | 413 | a nested answer does not fit in the batch reply (the request ran) |
 //! | quotaexceeded | 429 | the user's hourly call quota is used up |
 //! | internalerror | 500 | a fault of the service; the message carries a reference to the log |
 //! | serverbusy | 503 | the service is overloaded or the database is locked; retry |
@@ -91,6 +92,18 @@ impl ApiError {
 
     pub fn too_large(limit_bytes: usize) -> ApiError {
         ApiError::new(413, "requesttoolarge", format!("The request body is larger than {limit_bytes} bytes"))
+    }
+
+    /// A batch's nested answer left out because the batch reply would pass its limit.
+    pub fn reply_too_large(answer_bytes: usize, limit_bytes: usize) -> ApiError {
+        ApiError::new(
+            413,
+            "replytoolarge",
+            format!(
+                "The request ran, but its answer ({answer_bytes} bytes) does not fit in the batch reply \
+                 (at most {limit_bytes} bytes in all); ask for it in a request of its own"
+            ),
+        )
     }
 
     pub fn quota_exceeded(allowed: u32, retry_after_secs: i64) -> ApiError {

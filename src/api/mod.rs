@@ -4,6 +4,7 @@
 //! routing and rendering.
 
 mod activities;
+mod batch;
 pub mod error;
 pub mod input;
 pub mod output;
@@ -16,6 +17,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 use serde_json::Value;
+
+pub use batch::is_batch_path;
 
 use crate::auth::{self, AuthError};
 use crate::config::Config;
@@ -151,6 +154,33 @@ impl Ctx<'_> {
 }
 
 impl App {
+    /// Answers one request; a panic in a handler becomes a 500 for this request only.
+    pub fn handle_isolated(&self, req: &Request) -> Response {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(req))) {
+            Ok(response) => response,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                let err = ApiError::internal(&format!("handler panicked on {} {}: {what}", req.method, req.path));
+                early_error(&req.headers, &req.query, err, self.quota.allowed())
+            }
+        }
+    }
+
+    /// The quota header's value for a request that does not count: the caller's calls this
+    /// hour if its credentials are good, else none.
+    fn quota_of(&self, req: &Request) -> String {
+        let auth_header = req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let used = match auth::authenticate(&self.store, auth_header) {
+            Ok(viewer) => self.quota.used(viewer.user_id, now_secs()),
+            Err(_) => 0,
+        };
+        format!("{used}/{}", self.quota.allowed())
+    }
+
     pub fn new(config: Config, store: Arc<Store>, metrics: Arc<Metrics>) -> Result<App, crate::store::StoreError> {
         let now = now_secs();
         let hour = crate::quota::hour_of(now);
@@ -172,6 +202,8 @@ impl App {
         match segments(&req.path).as_slice() {
             ["health"] => return self.health(&req.method, &format),
             ["metrics"] => return self.metrics(req),
+            // The outer call authenticates nothing and counts nothing; each nested request does.
+            ["batch"] => return self.batch(req, &format),
             _ => {}
         }
 

@@ -37,6 +37,7 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
     pub body_bytes_max: usize,
     pub upload_bytes_max: usize,
+    pub batch_bytes_max: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub quota_allowed: u32,
@@ -54,6 +55,7 @@ impl Shared {
             metrics,
             body_bytes_max: config.body_bytes_max,
             upload_bytes_max: config.upload_bytes_max,
+            batch_bytes_max: config.batch_bytes_max,
             header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             quota_allowed,
@@ -171,13 +173,20 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         to_hyper(resp)
     };
 
-    // File uploads (multipart/form-data) have their own, larger limit.
-    let is_upload = parts
+    // File uploads (multipart/form-data) and batches have their own, larger limits.
+    let content_type = parts
         .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"));
-    let limit = if is_upload { shared.upload_bytes_max } else { shared.body_bytes_max };
+        .map(|ct| ct.trim_start().to_ascii_lowercase())
+        .unwrap_or_default();
+    let limit = if content_type.starts_with("multipart/form-data") {
+        shared.upload_bytes_max
+    } else if content_type.starts_with("multipart/mixed") && api::is_batch_path(parts.uri.path()) {
+        shared.batch_bytes_max
+    } else {
+        shared.body_bytes_max
+    };
     let declared = parts
         .headers
         .get(http::header::CONTENT_LENGTH)

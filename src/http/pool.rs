@@ -2,13 +2,11 @@
 //! runtime. `workers` named threads take jobs from one queue of `queue_depth_max` places;
 //! when the queue is full the request is answered 503 at once.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 
-use crate::api::error::ApiError;
 use crate::api::{self, App};
 
 struct Job {
@@ -37,7 +35,7 @@ impl Pool {
                 for job in rx.iter() {
                     app.metrics.queue_depth.set(rx.len() as i64);
                     app.metrics.workers_busy.inc();
-                    let response = run(&app, &job.req);
+                    let response = app.handle_isolated(&job.req);
                     app.metrics.workers_busy.dec();
                     // The client may have gone; nothing to do then.
                     let _ = job.reply.send(response);
@@ -70,22 +68,6 @@ impl Pool {
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
         for t in threads {
             let _ = t.join();
-        }
-    }
-}
-
-/// Runs one request; a panic in the handler becomes a 500 for this request only.
-fn run(app: &App, req: &api::Request) -> api::Response {
-    match catch_unwind(AssertUnwindSafe(|| app.handle(req))) {
-        Ok(response) => response,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            let err = ApiError::internal(&format!("handler panicked on {} {}: {what}", req.method, req.path));
-            api::early_error(&req.headers, &req.query, err, app.quota.allowed())
         }
     }
 }

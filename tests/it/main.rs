@@ -4,6 +4,7 @@
 mod access;
 mod activities;
 mod bad_input;
+mod batch;
 mod cli;
 mod files;
 mod http;
