@@ -343,7 +343,9 @@ impl App {
         if request.body.len() > limit {
             return self.refuse(&request, ApiError::too_large(limit));
         }
-        self.handle_isolated(&request)
+        let response = self.handle_isolated(&request);
+        log::debug!("batch part {} {} -> {}", request.method, request.path, response.status);
+        response
     }
 }
 
