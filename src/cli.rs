@@ -24,6 +24,23 @@ pub enum Command {
     CheckConfig(CheckConfig),
     Backup(Backup),
     Restore(Restore),
+    Replay(Replay),
+}
+
+#[derive(FromArgs, Debug)]
+/// Run an advert trace (JSON Lines) through the zone engine offline; print one JSON line per
+/// zone decision.
+#[argh(subcommand, name = "replay")]
+pub struct Replay {
+    /// configuration file: the site map and [location] settings
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the trace to replay (- for standard input)
+    #[argh(option)]
+    pub trace: PathBuf,
+    /// devices as CSV (deviceaddress,deviceid,label,tagtype,beacon,contactid)
+    #[argh(option)]
+    pub devices: Option<PathBuf>,
 }
 
 #[derive(FromArgs, Debug)]

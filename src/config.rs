@@ -13,6 +13,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::limits;
+use crate::location::site::{
+    LocationConfig, RawArea, RawBuilding, RawFloor, RawLocation, RawReceiver, RawSiteMap, RawTagType, RawZone, Site,
+};
 use crate::model::{CustomField, CustomFieldKind, RecordType};
 
 /// A configuration problem, naming the key it is about.
@@ -23,7 +26,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
         ConfigError { key: key.into(), message: message.into() }
     }
 }
@@ -48,6 +51,13 @@ pub struct RawConfig {
     pub webhooks: RawWebhooks,
     pub organizations: Vec<RawOrganization>,
     pub fields: Vec<RawField>,
+    pub location: RawLocation,
+    pub areas: Vec<RawArea>,
+    pub buildings: Vec<RawBuilding>,
+    pub floors: Vec<RawFloor>,
+    pub zones: Vec<RawZone>,
+    pub receivers: Vec<RawReceiver>,
+    pub tag_types: Vec<RawTagType>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -138,6 +148,9 @@ pub struct Config {
     pub webhooks: WebhooksConfig,
     pub organizations: Vec<Organization>,
     pub fields: Arc<Vec<CustomField>>,
+    pub location: LocationConfig,
+    /// The site map: areas, buildings, floors, zones, receivers, tag types.
+    pub site_map: Arc<Site>,
 }
 
 #[derive(Debug, Clone)]
@@ -507,6 +520,16 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         fields.push(CustomField { id: f.id, label: f.label.clone(), kind, options: f.options.clone(), record_types });
     }
 
+    let location = crate::location::site::resolve_location(&raw.location)?;
+    let site_map = crate::location::site::resolve_site(RawSiteMap {
+        areas: &raw.areas,
+        buildings: &raw.buildings,
+        floors: &raw.floors,
+        zones: &raw.zones,
+        receivers: &raw.receivers,
+        tag_types: &raw.tag_types,
+    })?;
+
     Ok(Config {
         source: source.map(Path::to_path_buf),
         http: HttpConfig {
@@ -529,6 +552,8 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         webhooks,
         organizations,
         fields: Arc::new(fields),
+        location,
+        site_map: Arc::new(site_map),
     })
 }
 
@@ -536,7 +561,7 @@ fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     value.parse::<SocketAddr>().map_err(|_| ConfigError::new(key, format!("{value:?} is not an IP:PORT address")))
 }
 
-fn bounded<T>(key: &str, value: Option<T>, default: T, min: T, max: T) -> Result<T, ConfigError>
+pub fn bounded<T>(key: &str, value: Option<T>, default: T, min: T, max: T) -> Result<T, ConfigError>
 where
     T: PartialOrd + Copy + fmt::Display,
 {
@@ -600,6 +625,48 @@ impl Config {
                     options: f.options.clone(),
                     record_types: f.record_types.iter().map(|t| t.segment().to_string()).collect(),
                 })
+                .collect(),
+            location: self.location.to_raw(),
+            areas: self.site_map.areas.iter().map(|a| RawArea { id: a.id, name: a.name.clone() }).collect(),
+            buildings: self
+                .site_map
+                .buildings
+                .iter()
+                .map(|b| RawBuilding { id: b.id, name: b.name.clone(), area: self.site_map.areas[b.area].id })
+                .collect(),
+            floors: self
+                .site_map
+                .floors
+                .iter()
+                .map(|f| RawFloor {
+                    id: f.id,
+                    label: f.label.clone(),
+                    level: f.level,
+                    building: self.site_map.buildings[f.building].id,
+                })
+                .collect(),
+            zones: self
+                .site_map
+                .zones
+                .iter()
+                .map(|z| RawZone { id: z.id, name: z.name.clone(), floor: self.site_map.floors[z.floor].id })
+                .collect(),
+            receivers: self
+                .site_map
+                .receivers
+                .iter()
+                .map(|r| RawReceiver {
+                    id: r.id.clone(),
+                    zone: self.site_map.zones[r.zone].id,
+                    position: format!("{},{}", r.lat, r.lon),
+                    rssi_offset_db: r.rssi_offset_db,
+                })
+                .collect(),
+            tag_types: self
+                .site_map
+                .tag_types
+                .iter()
+                .map(|t| RawTagType { id: t.id, title: t.title.clone() })
                 .collect(),
         };
         let mut out = String::new();

@@ -169,3 +169,24 @@ pub const STORE_VIEWED_FLUSH_INTERVAL_MS: u64 = 1_000;
 
 /// Random bytes in an API token (256 bits).
 pub const TOKEN_BYTES: usize = 32;
+
+/// Location: defaults of `[location]` (see config.toml for their meaning).
+pub const LOCATION_WINDOW_MS_DEFAULT: u64 = 5_000;
+pub const LOCATION_STALE_MS_DEFAULT: u64 = 10_000;
+pub const LOCATION_HYSTERESIS_DB_DEFAULT: f64 = 4.0;
+pub const LOCATION_DWELL_DB_S_DEFAULT: f64 = 12.0;
+pub const LOCATION_AWAY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const LOCATION_UPDATE_INTERVAL_MS_DEFAULT: u64 = 10_000;
+pub const LOCATION_RETENTION_DAYS_DEFAULT: u64 = 30;
+/// Receivers in the site map.
+pub const LOCATION_RECEIVERS_MAX: usize = 1_000;
+/// Ids of areas, buildings, floors, zones and tag types: 1 to this.
+pub const LOCATION_ID_MAX: i64 = 2_147_483_647;
+/// Devices the engine tracks at once.
+pub const LOCATION_DEVICES_MAX: usize = 100_000;
+/// Readings kept per device and receiver (within the window).
+pub const LOCATION_READINGS_PER_LINK_MAX: usize = 64;
+/// Longest line of an advert trace.
+pub const TRACE_LINE_BYTES_MAX: usize = 64 * 1024;
+/// Receiver names a trace reader shares between adverts (beyond, each advert has its own).
+pub const TRACE_RECEIVERS_MAX: usize = 4_096;

@@ -11,6 +11,7 @@ mod cli;
 mod config;
 mod http;
 mod limits;
+mod location;
 mod metrics;
 mod model;
 mod quota;
@@ -30,12 +31,15 @@ use store::{NewUser, StoreError};
 /// Exit statuses (sysexits.h names).
 const EX_USAGE: u8 = 64;
 const EX_CONFIG: u8 = 78;
+const EX_DATAERR: u8 = 65;
 
 enum Failure {
     Config(ConfigError),
     Usage(String),
     Store(StoreError),
     Serve(service::ServeError),
+    /// Input that cannot be used (a malformed trace or device list).
+    Data(String),
 }
 
 impl From<ConfigError> for Failure {
@@ -77,6 +81,10 @@ fn main() -> ExitCode {
         Err(Failure::Serve(e)) => {
             eprintln!("sitegate: {e}");
             ExitCode::FAILURE
+        }
+        Err(Failure::Data(m)) => {
+            eprintln!("sitegate: {m}");
+            ExitCode::from(EX_DATAERR)
         }
     }
 }
@@ -191,9 +199,43 @@ fn run(command: Command) -> Result<(), Failure> {
             println!("restored {} ({} bytes, schema {})", copied.path.display(), copied.bytes, copied.schema_version);
             Ok(())
         }
+        Command::Replay(r) => run_replay(r),
         Command::User(u) => run_user(u.command),
         Command::Group(g) => run_group(g.command),
     }
+}
+
+fn run_replay(r: cli::Replay) -> Result<(), Failure> {
+    let config = load(r.config.as_deref())?;
+    init_logging(log::LevelFilter::Warn);
+    let Some(devices_path) = r.devices else {
+        return Err(Failure::Usage("give the devices with --devices FILE.csv".into()));
+    };
+    let file = std::fs::File::open(&devices_path)
+        .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", devices_path.display())))?;
+    let devices =
+        location::devices::read_csv(file).map_err(|e| Failure::Data(format!("{}: {e}", devices_path.display())))?;
+    let registry = location::devices::Registry::new(devices);
+    let mut pipeline =
+        location::replay::Pipeline::new(config.site_map.clone(), registry, config.location.engine.clone());
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = if r.trace.as_os_str() == "-" {
+        location::replay::replay(std::io::stdin().lock(), &mut pipeline, &mut out)
+    } else {
+        let file = std::fs::File::open(&r.trace)
+            .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", r.trace.display())))?;
+        location::replay::replay(std::io::BufReader::with_capacity(1 << 20, file), &mut pipeline, &mut out)
+    };
+    result
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .map_err(|e| Failure::Data(format!("{}: {e}", r.trace.display())))?;
+    let c = pipeline.counts;
+    eprintln!(
+        "sitegate: replayed {} adverts ({} from receivers not in the site map, {} from unregistered devices)",
+        c.adverts, c.unknown_receiver, c.unknown_device
+    );
+    Ok(())
 }
 
 fn run_user(command: UserCommand) -> Result<(), Failure> {

@@ -1,0 +1,218 @@
+//! Tracked devices (tags) and how an advert is matched to one.
+
+use std::collections::HashMap;
+
+use super::beacon::{Advert, BeaconId, Frame, Mac, frames};
+use crate::limits;
+
+/// A tag as registered: what it is called and how it is recognised.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Device {
+    /// Three integers `a/b/c`.
+    pub deviceaddress: String,
+    /// Topic-safe name used in MQTT topics and messages (no `/`, `+`, `#`).
+    pub deviceid: String,
+    pub label: String,
+    pub tagtype: Option<i64>,
+    pub beacon: BeaconId,
+    pub contactid: Option<i64>,
+}
+
+/// `a/b/c` with three non-negative integers.
+pub fn check_address(s: &str) -> Result<(), String> {
+    let parts: Vec<&str> = s.split('/').collect();
+    let ok = parts.len() == 3
+        && parts.iter().all(|p| !p.is_empty() && p.len() <= 10 && p.bytes().all(|b| b.is_ascii_digit()))
+        && parts.iter().all(|p| p.parse::<u32>().is_ok());
+    if ok { Ok(()) } else { Err(format!("{s:?} is not three integers a/b/c")) }
+}
+
+/// Topic-safe: 1 to 64 printable ASCII characters without `/`, `+`, `#` or spaces.
+pub fn check_deviceid(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'+' | b'#' | b'"' | b'\\'));
+    if ok { Ok(()) } else { Err(format!("{s:?} must be 1 to 64 characters without / + # \" \\ or spaces")) }
+}
+
+/// The default deviceid of an address: `5/1/22` becomes `5.1.22`.
+pub fn default_deviceid(address: &str) -> String {
+    address.replace('/', ".")
+}
+
+/// Reads devices from CSV with the header
+/// `deviceaddress,deviceid,label,tagtype,beacon,contactid` (deviceid, tagtype and contactid may
+/// be empty). Errors name the line.
+pub fn read_csv(input: impl std::io::Read) -> Result<Vec<Device>, String> {
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(input);
+    let headers = reader.headers().map_err(|e| format!("the header line: {e}"))?.clone();
+    let column = |name: &str| headers.iter().position(|h| h == name);
+    let (Some(address), Some(beacon)) = (column("deviceaddress"), column("beacon")) else {
+        return Err("the header line must name at least deviceaddress and beacon".into());
+    };
+    let (deviceid, label, tagtype, contactid) =
+        (column("deviceid"), column("label"), column("tagtype"), column("contactid"));
+    let mut out = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let line = i + 2;
+        let record = record.map_err(|e| format!("line {line}: {e}"))?;
+        if out.len() >= limits::LOCATION_DEVICES_MAX {
+            return Err(format!("line {line}: more than {} devices", limits::LOCATION_DEVICES_MAX));
+        }
+        let field = |c: Option<usize>| c.and_then(|c| record.get(c)).unwrap_or("").to_string();
+        let deviceaddress = field(Some(address));
+        check_address(&deviceaddress).map_err(|e| format!("line {line}: deviceaddress {e}"))?;
+        let id = field(deviceid);
+        let id = if id.is_empty() { default_deviceid(&deviceaddress) } else { id };
+        check_deviceid(&id).map_err(|e| format!("line {line}: deviceid {e}"))?;
+        let beacon_text = field(Some(beacon));
+        let beacon = BeaconId::parse(&beacon_text).ok_or_else(|| {
+            format!("line {line}: beacon {beacon_text:?} is not ibeacon:UUID/MAJOR/MINOR, eddystone:NAMESPACE/INSTANCE or mac:AA:BB:CC:DD:EE:FF")
+        })?;
+        let int = |c: Option<usize>, name: &str| -> Result<Option<i64>, String> {
+            let v = field(c);
+            if v.is_empty() {
+                return Ok(None);
+            }
+            v.parse::<i64>().map(Some).map_err(|_| format!("line {line}: {name} {v:?} is not an integer"))
+        };
+        out.push(Device {
+            deviceaddress,
+            deviceid: id,
+            label: field(label),
+            tagtype: int(tagtype, "tagtype")?,
+            beacon,
+            contactid: int(contactid, "contactid")?,
+        });
+    }
+    Ok(out)
+}
+
+/// What an advert is, once matched.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Identified {
+    pub device: usize,
+    /// From an Eddystone-TLM frame of the device.
+    pub battery_mv: Option<u16>,
+}
+
+/// Matches adverts to devices: by iBeacon or Eddystone-UID identity, or by MAC. Eddystone-TLM
+/// frames carry no identity: they belong to the device whose UID frames came from the same
+/// MAC.
+pub struct Registry {
+    devices: Vec<Device>,
+    by_beacon: HashMap<BeaconId, usize>,
+    /// MACs seen sending a registered Eddystone-UID (for pairing TLM frames).
+    uid_macs: HashMap<Mac, usize>,
+}
+
+impl Registry {
+    /// Devices with the same identity: the first wins.
+    pub fn new(devices: Vec<Device>) -> Registry {
+        let mut by_beacon = HashMap::with_capacity(devices.len());
+        for (i, d) in devices.iter().enumerate() {
+            by_beacon.entry(d.beacon).or_insert(i);
+        }
+        Registry { devices, by_beacon, uid_macs: HashMap::new() }
+    }
+
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The device an advert comes from, if it is a registered one. Cheap for the rest: a
+    /// frame parse and a hash lookup or two.
+    pub fn identify(&mut self, advert: &Advert) -> Option<Identified> {
+        let mut device = None;
+        let mut battery_mv = None;
+        let mut tlm = false;
+        for frame in frames(advert) {
+            match frame {
+                Frame::IBeacon { id, .. } => device = device.or_else(|| self.by_beacon.get(&id).copied()),
+                Frame::EddystoneUid { id, .. } => {
+                    if let Some(&d) = self.by_beacon.get(&id) {
+                        device = device.or(Some(d));
+                        if self.uid_macs.len() < limits::LOCATION_DEVICES_MAX || self.uid_macs.contains_key(&advert.mac)
+                        {
+                            self.uid_macs.insert(advert.mac, d);
+                        }
+                    }
+                }
+                Frame::EddystoneTlm { battery_mv: mv } => {
+                    tlm = true;
+                    battery_mv = mv;
+                }
+            }
+        }
+        let device = device
+            .or_else(|| self.by_beacon.get(&BeaconId::Mac(advert.mac)).copied())
+            .or_else(|| if tlm { self.uid_macs.get(&advert.mac).copied() } else { None })?;
+        Some(Identified { device, battery_mv })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_devices() {
+        let text = "deviceaddress,deviceid,label,tagtype,beacon,contactid\n\
+                    5/1/22,,Badge 22,1,ibeacon:f7826da6-4fa2-4e98-8024-bc5b71e0893e/5/22,\n\
+                    5/1/23,tag-23,\"Badge, 23\",,mac:AA:BB:CC:DD:EE:23,7\n";
+        let d = read_csv(text.as_bytes()).unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[0].deviceid.as_str(), d[0].tagtype, d[0].contactid), ("5.1.22", Some(1), None));
+        assert_eq!((d[1].label.as_str(), d[1].contactid), ("Badge, 23", Some(7)));
+        for (bad, why) in [
+            ("deviceaddress,beacon\n5/1,mac:AA:BB:CC:DD:EE:01\n", "line 2: deviceaddress"),
+            ("deviceaddress,beacon\n5/1/2,mac:zz\n", "line 2: beacon"),
+            ("deviceaddress,deviceid,beacon\n5/1/2,a/b,mac:AA:BB:CC:DD:EE:01\n", "line 2: deviceid"),
+            ("label,beacon\nx,mac:AA:BB:CC:DD:EE:01\n", "the header line"),
+        ] {
+            let err = read_csv(bad.as_bytes()).unwrap_err();
+            assert!(err.starts_with(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn adverts_are_matched_and_tlm_is_paired_by_mac() {
+        let uid = BeaconId::parse("eddystone:edd5f3b6f0e1a40c9b2a/000102030405").unwrap();
+        let device = |addr: &str, beacon| Device {
+            deviceaddress: addr.into(),
+            deviceid: default_deviceid(addr),
+            label: String::new(),
+            tagtype: None,
+            beacon,
+            contactid: None,
+        };
+        let mut r = Registry::new(vec![
+            device("1/1/1", uid),
+            device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap()),
+        ]);
+        let mac = Mac([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x01]);
+        let advert = |mac: Mac, svc: Vec<(u16, Vec<u8>)>| Advert {
+            t_ms: 0,
+            receiver: "hci0".into(),
+            mac,
+            rssi: -60,
+            mfg: vec![],
+            svc,
+        };
+        let tlm = hex::decode("20000bb8").unwrap();
+        // TLM before any UID from that MAC: unknown.
+        assert_eq!(r.identify(&advert(mac, vec![(0xfeaa, tlm.clone())])), None);
+        let uid_frame = hex::decode("00e7edd5f3b6f0e1a40c9b2a000102030405").unwrap();
+        assert_eq!(
+            r.identify(&advert(mac, vec![(0xfeaa, uid_frame)])),
+            Some(Identified { device: 0, battery_mv: None })
+        );
+        assert_eq!(
+            r.identify(&advert(mac, vec![(0xfeaa, tlm)])),
+            Some(Identified { device: 0, battery_mv: Some(3000) })
+        );
+        let mac2 = Mac([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x02]);
+        assert_eq!(r.identify(&advert(mac2, vec![])).map(|i| i.device), Some(1));
+        assert_eq!(r.identify(&advert(Mac([9; 6]), vec![])), None);
+    }
+}

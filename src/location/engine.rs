@@ -1,0 +1,407 @@
+//! The zone engine: readings (device, receiver, RSSI, time) in; zone enter and exit decisions
+//! and location updates out. No IO and no clock of its own: time is what the readings and
+//! [`Engine::tick`] say, so a trace replays exactly as it ran.
+//!
+//! Per device and receiver the engine keeps the readings of the last `window_ms`, corrected by
+//! the receiver's calibration offset, and estimates the signal as their mean power (the mean
+//! in milliwatts, back in dBm: fast fading averages out in the power domain, not in dB). A
+//! zone's signal is its strongest receiver's. Only receivers heard within `stale_ms` count.
+//!
+//! Decision: a device stays in its zone until a challenger zone builds up enough evidence: the
+//! challenger's lead over the current zone, less `hysteresis_db`, integrated over time (a CUSUM
+//! that never goes below zero) must reach `dwell_db_s`. A clear lead wins fast, a marginal one
+//! slowly, noise around the boundary never. When the current zone's receivers are all silent
+//! (no reading from any device: the receiver, not the tag, is gone), the device is held where
+//! it is. No reading from the device for `away_timeout_ms`: it has left (exit, no zone).
+
+use std::collections::VecDeque;
+
+use super::site::{EngineSettings, Site};
+use crate::limits;
+
+/// A decision or an update, in time order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    Enter { t_ms: i64, device: usize, zone: usize },
+    Exit { t_ms: i64, device: usize, zone: usize },
+    Update(LocationUpdate),
+}
+
+/// Where a device is, as stored in the location history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocationUpdate {
+    pub t_ms: i64,
+    pub device: usize,
+    pub zone: usize,
+    /// Latitude and longitude, estimated from the receivers that hear the device.
+    pub lat: f64,
+    pub lon: f64,
+    /// The strongest receiver and its signal (calibrated dBm).
+    pub receiver: usize,
+    pub rssi_dbm: f64,
+}
+
+/// The largest lead (dB) one instant may add to a challenger's evidence: one absurd reading
+/// cannot decide alone.
+const LEAD_CAP_DB: f64 = 25.0;
+/// When the current zone's receivers are all silent, the device is taken to be this much
+/// weaker there than when last heard: a challenger must be clearly stronger to win.
+const DARK_PENALTY_DB: f64 = 6.0;
+/// Evidence is integrated over at most this much time between two evaluations.
+const STEP_CAP_MS: i64 = 2_000;
+
+struct Link {
+    /// (time, calibrated dBm), oldest first, within the window.
+    readings: VecDeque<(i64, f32)>,
+}
+
+#[derive(Default)]
+struct DeviceState {
+    /// Per receiver, created on the first reading.
+    links: Vec<Option<Link>>,
+    last_ms: Option<i64>,
+    zone: Option<usize>,
+    challenger: Option<usize>,
+    evidence: f64,
+    last_eval_ms: i64,
+    last_update_ms: Option<i64>,
+    /// The current zone's signal when it was last heard (for when its receivers go silent).
+    zone_last_signal: Option<f64>,
+}
+
+pub struct Engine {
+    settings: EngineSettings,
+    receiver_zone: Vec<usize>,
+    receiver_offset: Vec<f64>,
+    receiver_position: Vec<(f64, f64)>,
+    zone_receivers: Vec<Vec<usize>>,
+    /// The newest reading of any device, per receiver: is the receiver alive?
+    receiver_last_ms: Vec<Option<i64>>,
+    devices: Vec<DeviceState>,
+    /// Scratch: signal per zone of the device being decided.
+    zone_signal: Vec<Option<f64>>,
+}
+
+impl Engine {
+    pub fn new(site: &Site, settings: EngineSettings) -> Engine {
+        Engine {
+            settings,
+            receiver_zone: site.receivers.iter().map(|r| r.zone).collect(),
+            receiver_offset: site.receivers.iter().map(|r| r.rssi_offset_db).collect(),
+            receiver_position: site.receivers.iter().map(|r| (r.lat, r.lon)).collect(),
+            zone_receivers: site.zones.iter().map(|z| z.receivers.clone()).collect(),
+            receiver_last_ms: vec![None; site.receivers.len()],
+            devices: Vec::new(),
+            zone_signal: vec![None; site.zones.len()],
+        }
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    /// One reading of a device by a receiver. Readings must come in time order (a reading
+    /// older than the device's newest is taken as of that newest time).
+    pub fn reading(&mut self, t_ms: i64, device: usize, receiver: usize, rssi_dbm: i16, out: &mut Vec<Output>) {
+        let Some(&offset) = self.receiver_offset.get(receiver) else { return };
+        if device >= self.devices.len() {
+            if device >= limits::LOCATION_DEVICES_MAX {
+                return;
+            }
+            self.devices.resize_with(device + 1, DeviceState::default);
+        }
+        let receivers = self.receiver_zone.len();
+        let window = self.settings.window_ms as i64;
+        let state = &mut self.devices[device];
+        let t_ms = state.last_ms.map_or(t_ms, |last| t_ms.max(last));
+        if state.links.len() < receivers {
+            state.links.resize_with(receivers, || None);
+        }
+        let link = state.links[receiver].get_or_insert_with(|| Link { readings: VecDeque::new() });
+        while link.readings.front().is_some_and(|(t, _)| *t <= t_ms - window)
+            || link.readings.len() >= limits::LOCATION_READINGS_PER_LINK_MAX
+        {
+            link.readings.pop_front();
+        }
+        link.readings.push_back((t_ms, f32::from(rssi_dbm) + offset as f32));
+        if state.last_ms.is_none() {
+            state.last_eval_ms = t_ms;
+        }
+        state.last_ms = Some(t_ms);
+        let seen = &mut self.receiver_last_ms[receiver];
+        *seen = Some(seen.map_or(t_ms, |s| s.max(t_ms)));
+        self.decide(t_ms, device, out);
+    }
+
+    /// Time passes with no reading: devices not heard for `away_timeout_ms` leave their zone.
+    pub fn tick(&mut self, t_ms: i64, out: &mut Vec<Output>) {
+        let away = self.settings.away_timeout_ms as i64;
+        for (device, state) in self.devices.iter_mut().enumerate() {
+            let Some(last) = state.last_ms else { continue };
+            if t_ms - last < away {
+                continue;
+            }
+            if let Some(zone) = state.zone.take() {
+                out.push(Output::Exit { t_ms: last + away, device, zone });
+            }
+            state.links.iter_mut().for_each(|l| *l = None);
+            state.last_ms = None;
+            state.challenger = None;
+            state.evidence = 0.0;
+            state.last_update_ms = None;
+        }
+    }
+
+    /// The signal (calibrated dBm) of one receiver for a device at `t_ms`: the mean power of its
+    /// readings in the window, if its newest is not stale.
+    fn link_signal(&self, device: usize, receiver: usize, t_ms: i64) -> Option<f64> {
+        let link = self.devices[device].links.get(receiver)?.as_ref()?;
+        let newest = link.readings.back()?.0;
+        if t_ms - newest > self.settings.stale_ms as i64 {
+            return None;
+        }
+        let from = t_ms - self.settings.window_ms as i64;
+        let (mut sum_mw, mut n) = (0.0f64, 0u32);
+        for (t, dbm) in link.readings.iter().rev() {
+            if *t <= from {
+                break;
+            }
+            sum_mw += 10f64.powf(f64::from(*dbm) / 10.0);
+            n += 1;
+        }
+        (n > 0).then(|| 10.0 * (sum_mw / f64::from(n)).log10())
+    }
+
+    /// Whether a receiver has heard any device within the window.
+    fn receiver_alive(&self, receiver: usize, t_ms: i64) -> bool {
+        self.receiver_last_ms[receiver].is_some_and(|s| t_ms - s < self.settings.window_ms as i64)
+    }
+
+    fn decide(&mut self, t_ms: i64, device: usize, out: &mut Vec<Output>) {
+        // Each zone's signal: its strongest receiver.
+        let mut best: Option<(usize, f64)> = None;
+        let mut strongest: Option<(usize, f64)> = None;
+        for zone in 0..self.zone_signal.len() {
+            let mut signal: Option<f64> = None;
+            for &r in &self.zone_receivers[zone] {
+                if let Some(s) = self.link_signal(device, r, t_ms) {
+                    signal = Some(signal.map_or(s, |v| v.max(s)));
+                    if strongest.is_none_or(|(_, v)| s > v) {
+                        strongest = Some((r, s));
+                    }
+                }
+            }
+            self.zone_signal[zone] = signal;
+            if let Some(s) = signal
+                && best.is_none_or(|(_, b)| s > b)
+            {
+                best = Some((zone, s));
+            }
+        }
+        let settings = &self.settings;
+        let current = self.devices[device].zone;
+        match current {
+            None => {
+                if let Some((zone, signal)) = best {
+                    let state = &mut self.devices[device];
+                    state.zone = Some(zone);
+                    state.zone_last_signal = Some(signal);
+                    state.challenger = None;
+                    state.evidence = 0.0;
+                    out.push(Output::Enter { t_ms, device, zone });
+                }
+            }
+            Some(zone) => {
+                let dark = self.zone_receivers[zone].iter().all(|&r| !self.receiver_alive(r, t_ms));
+                let current_signal = match self.zone_signal[zone] {
+                    Some(s) => {
+                        self.devices[device].zone_last_signal = Some(s);
+                        Some(s)
+                    }
+                    None if dark => self.devices[device].zone_last_signal.map(|s| s - DARK_PENALTY_DB),
+                    None => None,
+                };
+                // The strongest other zone.
+                let challenger = self
+                    .zone_signal
+                    .iter()
+                    .enumerate()
+                    .filter(|(z, s)| *z != zone && s.is_some())
+                    .map(|(z, s)| (z, s.unwrap_or(f64::MIN)))
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
+                let state = &mut self.devices[device];
+                let step_s = (t_ms - state.last_eval_ms).clamp(0, STEP_CAP_MS) as f64 / 1000.0;
+                state.last_eval_ms = t_ms;
+                match challenger {
+                    Some((other, signal)) => {
+                        if state.challenger != Some(other) {
+                            state.challenger = Some(other);
+                            state.evidence = 0.0;
+                        }
+                        let lead = match current_signal {
+                            Some(c) => (signal - c).min(LEAD_CAP_DB),
+                            None => LEAD_CAP_DB,
+                        };
+                        state.evidence = (state.evidence + (lead - settings.hysteresis_db) * step_s).max(0.0);
+                        if state.evidence >= settings.dwell_db_s {
+                            state.zone = Some(other);
+                            state.zone_last_signal = Some(signal);
+                            state.challenger = None;
+                            state.evidence = 0.0;
+                            out.push(Output::Exit { t_ms, device, zone });
+                            out.push(Output::Enter { t_ms, device, zone: other });
+                        }
+                    }
+                    _ => {
+                        state.challenger = None;
+                        state.evidence = 0.0;
+                    }
+                }
+            }
+        }
+        self.maybe_update(t_ms, device, current, strongest, out);
+    }
+
+    /// A location update at a zone change, else at most every `update_interval_ms`.
+    fn maybe_update(
+        &mut self,
+        t_ms: i64,
+        device: usize,
+        before: Option<usize>,
+        strongest: Option<(usize, f64)>,
+        out: &mut Vec<Output>,
+    ) {
+        let (Some(zone), Some((receiver, rssi_dbm))) = (self.devices[device].zone, strongest) else { return };
+        let due = self.devices[device]
+            .last_update_ms
+            .is_none_or(|last| t_ms - last >= self.settings.update_interval_ms as i64);
+        if before == Some(zone) && !due {
+            return;
+        }
+        let (lat, lon) = self.position(device, t_ms);
+        self.devices[device].last_update_ms = Some(t_ms);
+        out.push(Output::Update(LocationUpdate { t_ms, device, zone, lat, lon, receiver, rssi_dbm }));
+    }
+
+    /// A weighted centre of the (up to three) strongest receivers: weights in linear
+    /// amplitude, so the nearest dominates.
+    fn position(&self, device: usize, t_ms: i64) -> (f64, f64) {
+        let mut heard: Vec<(usize, f64)> =
+            (0..self.receiver_zone.len()).filter_map(|r| self.link_signal(device, r, t_ms).map(|s| (r, s))).collect();
+        heard.sort_by(|a, b| b.1.total_cmp(&a.1));
+        heard.truncate(3);
+        let (mut lat, mut lon, mut total) = (0.0, 0.0, 0.0);
+        for (r, s) in &heard {
+            let w = 10f64.powf(s / 20.0);
+            lat += self.receiver_position[*r].0 * w;
+            lon += self.receiver_position[*r].1 * w;
+            total += w;
+        }
+        if total > 0.0 { (lat / total, lon / total) } else { (0.0, 0.0) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::location::site::{RawArea, RawBuilding, RawFloor, RawReceiver, RawSiteMap, RawZone, resolve_site};
+
+    /// Two zones (1 and 2) with a receiver each, "a" and "b"; a third zone with "c".
+    fn site() -> Site {
+        let zone = |id: i64| RawZone { id, name: format!("Z{id}"), floor: 1 };
+        let rx = |id: &str, zone: i64| RawReceiver {
+            id: id.into(),
+            zone,
+            position: format!("42.5,-90.{zone}"),
+            rssi_offset_db: 0.0,
+        };
+        resolve_site(RawSiteMap {
+            areas: &[RawArea { id: 1, name: "A".into() }],
+            buildings: &[RawBuilding { id: 1, name: "B".into(), area: 1 }],
+            floors: &[RawFloor { id: 1, label: "F".into(), level: 0, building: 1 }],
+            zones: &[zone(1), zone(2), zone(3)],
+            receivers: &[rx("a", 1), rx("b", 2), rx("c", 3)],
+            tag_types: &[],
+        })
+        .unwrap()
+    }
+
+    fn decisions(out: &[Output]) -> Vec<(i64, &'static str, usize)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Enter { t_ms, zone, .. } => Some((*t_ms, "enter", *zone)),
+                Output::Exit { t_ms, zone, .. } => Some((*t_ms, "exit", *zone)),
+                Output::Update(_) => None,
+            })
+            .collect()
+    }
+
+    /// Feeds one reading per receiver every 500 ms from `from` to `to`.
+    fn feed(e: &mut Engine, out: &mut Vec<Output>, from: i64, to: i64, rssi: [i16; 3]) {
+        let mut t = from;
+        while t < to {
+            e.tick(t, out);
+            for (r, v) in rssi.iter().enumerate() {
+                if *v > -127 {
+                    e.reading(t, 0, r, *v, out);
+                }
+            }
+            t += 500;
+        }
+    }
+
+    #[test]
+    fn enters_the_strongest_zone_and_switches_only_on_a_lasting_lead() {
+        let mut e = Engine::new(&site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 10_000, [-60, -75, -127]);
+        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+        // A lead of 2 dB for a minute: within the hysteresis, no switch.
+        feed(&mut e, &mut out, 10_000, 70_000, [-70, -68, -127]);
+        assert_eq!(decisions(&out).len(), 1);
+        // A clear lead: a switch within seconds.
+        out.clear();
+        feed(&mut e, &mut out, 70_000, 90_000, [-80, -58, -127]);
+        let d = decisions(&out);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!((d[0].1, d[0].2, d[1].1, d[1].2), ("exit", 0, "enter", 1));
+        assert!(d[0].0 > 70_000 && d[0].0 <= 80_000, "{d:?}");
+    }
+
+    #[test]
+    fn leaves_after_the_away_timeout_and_comes_back() {
+        let settings = EngineSettings::default();
+        let away = settings.away_timeout_ms as i64;
+        let mut e = Engine::new(&site(), settings);
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 5_000, [-127, -127, -60]);
+        feed(&mut e, &mut out, 5_000, 5_000 + away + 1_000, [-127, -127, -127]);
+        assert_eq!(decisions(&out), [(0, "enter", 2), (4_500 + away, "exit", 2)]);
+        out.clear();
+        feed(&mut e, &mut out, 100_000, 101_000, [-65, -127, -127]);
+        assert_eq!(decisions(&out), [(100_000, "enter", 0)]);
+    }
+
+    #[test]
+    fn a_silent_receiver_holds_its_zone() {
+        let mut e = Engine::new(&site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 10_000, [-60, -80, -127]);
+        // Receiver "a" dies: the device is heard only, weakly, by "b" for two minutes.
+        feed(&mut e, &mut out, 10_000, 130_000, [-127, -80, -127]);
+        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+    }
+
+    #[test]
+    fn updates_carry_a_position_between_the_receivers() {
+        let settings = EngineSettings { update_interval_ms: 400, ..EngineSettings::default() };
+        let mut e = Engine::new(&site(), settings);
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 2_000, [-60, -66, -127]);
+        let Some(Output::Update(u)) = out.iter().rev().find(|o| matches!(o, Output::Update(_))) else {
+            panic!("{out:?}")
+        };
+        assert_eq!((u.zone, u.receiver), (0, 0));
+        assert!(u.lon < -90.1 && u.lon > -90.2, "{u:?}");
+    }
+}

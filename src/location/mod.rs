@@ -1,0 +1,8 @@
+//! Location: adverts from BLE receivers, beacon identities, the zone engine, and the site map.
+
+pub mod beacon;
+pub mod devices;
+pub mod engine;
+pub mod replay;
+pub mod site;
+pub mod trace;

@@ -1,0 +1,103 @@
+//! The path every advert takes after its source, live or replayed: receiver lookup, device
+//! match, engine. And `sitegate replay`, which runs a trace through it offline.
+
+use std::io::{self, BufRead, Write};
+
+use super::beacon::Advert;
+use super::devices::Registry;
+use super::engine::{Engine, Output};
+use super::site::{EngineSettings, Site};
+use super::trace::TraceReader;
+
+/// Ticks (away checks) at least this often in trace time.
+const TICK_MS: i64 = 1_000;
+
+/// Counters of what came through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub adverts: u64,
+    /// From a receiver not in the site map.
+    pub unknown_receiver: u64,
+    /// From no registered device (phones, foreign beacons).
+    pub unknown_device: u64,
+}
+
+pub struct Pipeline {
+    pub site: std::sync::Arc<Site>,
+    pub registry: Registry,
+    pub engine: Engine,
+    pub counts: Counts,
+    next_tick_ms: Option<i64>,
+}
+
+/// What one advert produced besides engine outputs.
+pub struct Heard {
+    pub device: usize,
+    pub battery_mv: Option<u16>,
+}
+
+impl Pipeline {
+    pub fn new(site: std::sync::Arc<Site>, registry: Registry, settings: EngineSettings) -> Pipeline {
+        let engine = Engine::new(&site, settings);
+        Pipeline { site, registry, engine, counts: Counts::default(), next_tick_ms: None }
+    }
+
+    /// One advert through the engine; returns what device it was, if any.
+    pub fn advert(&mut self, a: &Advert, out: &mut Vec<Output>) -> Option<Heard> {
+        self.counts.adverts += 1;
+        self.tick_until(a.t_ms, out);
+        let Some(receiver) = self.site.receiver(&a.receiver) else {
+            self.counts.unknown_receiver += 1;
+            return None;
+        };
+        let Some(id) = self.registry.identify(a) else {
+            self.counts.unknown_device += 1;
+            return None;
+        };
+        self.engine.reading(a.t_ms, id.device, receiver, a.rssi, out);
+        Some(Heard { device: id.device, battery_mv: id.battery_mv })
+    }
+
+    /// Lets time pass to `t_ms` (ticks once per second of it).
+    pub fn tick_until(&mut self, t_ms: i64, out: &mut Vec<Output>) {
+        let next = *self.next_tick_ms.get_or_insert(t_ms);
+        if t_ms >= next {
+            self.engine.tick(t_ms, out);
+            self.next_tick_ms = Some(t_ms + TICK_MS);
+        }
+    }
+}
+
+/// Runs a trace and writes one JSON line per zone decision:
+/// `{"t_ms":...,"deviceaddress":"5/1/22","zoneid":22,"event":"enter"}` (and `"exit"`).
+pub fn replay(input: impl BufRead, pipeline: &mut Pipeline, out: &mut impl Write) -> io::Result<()> {
+    let mut reader = TraceReader::new(input);
+    let mut outputs = Vec::new();
+    let mut last_t = None;
+    while let Some(advert) = reader.next_advert()? {
+        pipeline.advert(&advert, &mut outputs);
+        last_t = Some(advert.t_ms);
+        write_decisions(pipeline, &mut outputs, out)?;
+    }
+    // Let the away timeout run out after the last advert.
+    if let Some(t) = last_t {
+        let away = pipeline.engine.settings().away_timeout_ms as i64;
+        pipeline.tick_until(t + away, &mut outputs);
+        write_decisions(pipeline, &mut outputs, out)?;
+    }
+    Ok(())
+}
+
+fn write_decisions(pipeline: &Pipeline, outputs: &mut Vec<Output>, out: &mut impl Write) -> io::Result<()> {
+    for o in outputs.drain(..) {
+        let (t_ms, device, zone, event) = match o {
+            Output::Enter { t_ms, device, zone } => (t_ms, device, zone, "enter"),
+            Output::Exit { t_ms, device, zone } => (t_ms, device, zone, "exit"),
+            Output::Update(_) => continue,
+        };
+        let address = &pipeline.registry.devices()[device].deviceaddress;
+        let zoneid = pipeline.site.zones[zone].id;
+        writeln!(out, "{{\"t_ms\":{t_ms},\"deviceaddress\":\"{address}\",\"zoneid\":{zoneid},\"event\":\"{event}\"}}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Advert traces: JSON Lines, one advert per line, as `sitegate record` writes them and
+//! `sitegate replay` reads them:
+//!
+//! `{"t_ms":1763700000000,"receiver":"hci0","mac":"AA:BB:CC:DD:EE:01","rssi":-67,"mfg":{"004c":"0215..."},"svc":{"feaa":"20..."}}`
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, Write};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::beacon::{Advert, Mac};
+use crate::limits;
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    t_ms: i64,
+    #[serde(borrow)]
+    receiver: &'a str,
+    #[serde(borrow)]
+    mac: &'a str,
+    rssi: i16,
+    #[serde(default, borrow)]
+    mfg: BTreeMap<&'a str, &'a str>,
+    #[serde(default, borrow)]
+    svc: BTreeMap<&'a str, &'a str>,
+}
+
+/// Reads a trace line by line. Receiver names are shared between adverts.
+pub struct TraceReader<R> {
+    input: R,
+    line: String,
+    number: u64,
+    receivers: Vec<Arc<str>>,
+}
+
+impl<R: BufRead> TraceReader<R> {
+    pub fn new(input: R) -> TraceReader<R> {
+        TraceReader { input, line: String::new(), number: 0, receivers: Vec::new() }
+    }
+
+    /// The next advert; `None` at the end. A malformed line is an error naming its number;
+    /// blank lines are skipped.
+    pub fn next_advert(&mut self) -> io::Result<Option<Advert>> {
+        loop {
+            self.line.clear();
+            let n =
+                io::Read::take(&mut self.input, limits::TRACE_LINE_BYTES_MAX as u64 + 1).read_line(&mut self.line)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.number += 1;
+            if n > limits::TRACE_LINE_BYTES_MAX {
+                return Err(self.bad(format!("longer than {} bytes", limits::TRACE_LINE_BYTES_MAX)));
+            }
+            if self.line.trim().is_empty() {
+                continue;
+            }
+            let parsed: Line<'_> = serde_json::from_str(self.line.trim_end()).map_err(|e| self.bad(e.to_string()))?;
+            let mac =
+                Mac::parse(parsed.mac).ok_or_else(|| self.bad(format!("{:?} is not a MAC address", parsed.mac)))?;
+            let mfg = hex_map(&parsed.mfg).ok_or_else(|| self.bad("mfg: keys are 4 hex digits, values hex"))?;
+            let svc = hex_map(&parsed.svc).ok_or_else(|| self.bad("svc: keys are 4 hex digits, values hex"))?;
+            let receiver = match self.receivers.iter().find(|r| r.as_ref() == parsed.receiver) {
+                Some(r) => r.clone(),
+                None => {
+                    let r: Arc<str> = parsed.receiver.into();
+                    if self.receivers.len() < limits::TRACE_RECEIVERS_MAX {
+                        self.receivers.push(r.clone());
+                    }
+                    r
+                }
+            };
+            return Ok(Some(Advert { t_ms: parsed.t_ms, receiver, mac, rssi: parsed.rssi, mfg, svc }));
+        }
+    }
+
+    fn bad(&self, why: impl std::fmt::Display) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, format!("trace line {}: {why}", self.number))
+    }
+}
+
+fn hex_map(map: &BTreeMap<&str, &str>) -> Option<Vec<(u16, Vec<u8>)>> {
+    map.iter()
+        .map(|(k, v)| {
+            if k.len() != 4 {
+                return None;
+            }
+            Some((u16::from_str_radix(k, 16).ok()?, hex::decode(v).ok()?))
+        })
+        .collect()
+}
+
+/// Writes one advert as a trace line.
+pub fn write_advert(out: &mut impl Write, a: &Advert) -> io::Result<()> {
+    write!(
+        out,
+        "{{\"t_ms\":{},\"receiver\":{},\"mac\":\"{}\",\"rssi\":{}",
+        a.t_ms,
+        json_str(&a.receiver),
+        a.mac,
+        a.rssi
+    )?;
+    for (name, map) in [("mfg", &a.mfg), ("svc", &a.svc)] {
+        if map.is_empty() {
+            continue;
+        }
+        write!(out, ",\"{name}\":{{")?;
+        for (i, (key, data)) in map.iter().enumerate() {
+            let comma = if i > 0 { "," } else { "" };
+            write!(out, "{comma}\"{key:04x}\":\"{}\"", hex::encode(data))?;
+        }
+        write!(out, "}}")?;
+    }
+    writeln!(out, "}}")
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip() {
+        let text = concat!(
+            "{\"t_ms\":1763700000000,\"receiver\":\"hci0\",\"mac\":\"AA:BB:CC:DD:EE:01\",\"rssi\":-67,",
+            "\"mfg\":{\"004c\":\"0215f7826da64fa24e988024bc5b71e0893e00050016c5\"}}\n",
+            "\n",
+            "{\"t_ms\":1763700000100,\"receiver\":\"rx-2\",\"mac\":\"AA:BB:CC:DD:EE:02\",\"rssi\":-80,",
+            "\"svc\":{\"feaa\":\"20000bb8\"}}\n",
+        );
+        let mut r = TraceReader::new(text.as_bytes());
+        let a = r.next_advert().unwrap().unwrap();
+        assert_eq!((a.t_ms, a.receiver.as_ref(), a.rssi, a.mfg[0].0), (1763700000000, "hci0", -67, 0x004c));
+        let b = r.next_advert().unwrap().unwrap();
+        assert_eq!(b.svc, [(0xfeaa, vec![0x20, 0, 0x0b, 0xb8])]);
+        assert!(r.next_advert().unwrap().is_none());
+        let mut out = Vec::new();
+        write_advert(&mut out, &a).unwrap();
+        write_advert(&mut out, &b).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(String::from_utf8(out).unwrap(), format!("{}\n{}\n", lines[0], lines[1]));
+    }
+
+    #[test]
+    fn bad_lines_name_their_number() {
+        for bad in [
+            "{\"t_ms\":1,\"receiver\":\"h\",\"mac\":\"zz\",\"rssi\":-1}",
+            "{\"t_ms\":1,\"receiver\":\"h\",\"mac\":\"AA:BB:CC:DD:EE:01\",\"rssi\":-1,\"mfg\":{\"4c\":\"00\"}}",
+            "{\"t_ms\":1,\"receiver\":\"h\",\"mac\":\"AA:BB:CC:DD:EE:01\",\"rssi\":-1,\"svc\":{\"feaa\":\"0\"}}",
+            "not json",
+        ] {
+            let text = format!("\n{bad}\n");
+            let err = TraceReader::new(text.as_bytes()).next_advert().unwrap_err();
+            assert!(err.to_string().starts_with("trace line 2:"), "{err}");
+        }
+    }
+}
