@@ -190,3 +190,21 @@ pub const LOCATION_READINGS_PER_LINK_MAX: usize = 64;
 pub const TRACE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Receiver names a trace reader shares between adverts (beyond, each advert has its own).
 pub const TRACE_RECEIVERS_MAX: usize = 4_096;
+/// Adverts waiting for the engine (live sources); beyond, they are dropped and counted.
+pub const LOCATION_ADVERT_QUEUE_MAX: usize = 10_000;
+/// BLE: pause before scanning again after a failure (doubling up to the max).
+pub const BLE_RETRY_MIN_MS: u64 = 1_000;
+pub const BLE_RETRY_MAX_MS: u64 = 30_000;
+/// BLE: how long an RSSI event waits for the data event of the same advertisement.
+pub const BLE_JOIN_WAIT_MS: u64 = 20;
+/// BLE: devices whose advertising data is remembered (phones rotate addresses).
+pub const BLE_KNOWN_DEVICES_MAX: usize = 10_000;
+/// Location: the engine's decisions are written at most this often (one transaction).
+pub const LOCATION_FLUSH_MS: u64 = 1_000;
+/// Location: how often the engine checks for devices added or changed by another process.
+pub const LOCATION_DEVICES_CHECK_MS: u64 = 2_000;
+/// Location: history past the retention is purged this often, in batches of rows.
+pub const LOCATION_PURGE_INTERVAL_S: u64 = 3_600;
+pub const LOCATION_PURGE_ROWS_MAX: u32 = 5_000;
+/// Location: decisions held for one write at most (beyond, the newest are dropped and logged).
+pub const LOCATION_BATCH_EVENTS_MAX: usize = 100_000;

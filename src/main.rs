@@ -215,7 +215,7 @@ fn run_replay(r: cli::Replay) -> Result<(), Failure> {
         .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", devices_path.display())))?;
     let devices =
         location::devices::read_csv(file).map_err(|e| Failure::Data(format!("{}: {e}", devices_path.display())))?;
-    let registry = location::devices::Registry::new(devices);
+    let registry = location::devices::Registry::new((0..).zip(devices).collect());
     let mut pipeline =
         location::replay::Pipeline::new(config.site_map.clone(), registry, config.location.engine.clone());
     let stdout = std::io::stdout();

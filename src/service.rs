@@ -169,6 +169,25 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             .map_err(|e| ServeError::Io(format!("cannot start webhook delivery: {e}")))?;
     deliverer.wake();
 
+    let location = crate::location::service::LocationService::start(
+        Arc::clone(&store),
+        Arc::clone(&app.site),
+        config.location.retention_days,
+    )
+    .map_err(|e| ServeError::Io(format!("cannot start the location engine: {e}")))?;
+    let ble_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ble = (config.location.scan == crate::location::site::Scan::Auto).then(|| {
+        runtime.spawn(crate::location::ble::run(
+            crate::location::ble::BleSettings {
+                adapter: config.location.adapter.clone(),
+                watchdog: Duration::from_secs(config.location.scan_watchdog_s),
+            },
+            location.adverts.clone(),
+            Arc::clone(&location.scan),
+            Arc::clone(&ble_stop),
+        ))
+    });
+
     let flusher = Flusher::start(Arc::clone(&app))?;
     if let Some(every) = systemd::watchdog_interval() {
         runtime.spawn(watchdog(every, Arc::clone(&store), Arc::clone(&notifier)));
@@ -186,7 +205,9 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     notifier.notify(&format!("READY=1\nSTATUS={ready}"));
     log::info!("sitegate {} serving ({ready}), database {}", env!("CARGO_PKG_VERSION"), store.path().display());
 
-    runtime.block_on(signals.recv());
+    while let Signal::Reload = runtime.block_on(signals.recv()) {
+        reload_site(&config, &app, &location);
+    }
     log::info!("shutting down");
     notifier.notify("STOPPING=1\nSTATUS=shutting down");
     deliverer.begin_stop();
@@ -201,6 +222,12 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     //    (what is still pending waits in the outbox for the next start).
     pool.shutdown();
     deliverer.join();
+    // The BLE source stops scanning; the engine writes what it decided and closes the visits.
+    ble_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(task) = ble {
+        let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
+    }
+    location.stop();
     // 3. Buffered state (viewed stamps, quota counters) is written.
     flusher.stop();
     // 4. The write-ahead log goes into the database file.
@@ -212,23 +239,60 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// SIGTERM and SIGINT, registered once at start.
+/// SIGTERM and SIGINT (stop), SIGHUP (reload the site map), registered once at start.
 struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+enum Signal {
+    Stop,
+    Reload,
 }
 
 impl Signals {
     fn new() -> std::io::Result<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
 
-    async fn recv(&mut self) {
+    async fn recv(&mut self) -> Signal {
         tokio::select! {
-            _ = self.term.recv() => {},
-            _ = self.int.recv() => {},
+            _ = self.term.recv() => Signal::Stop,
+            _ = self.int.recv() => Signal::Stop,
+            _ = self.hup.recv() => Signal::Reload,
         }
+    }
+}
+
+/// SIGHUP: reads the configuration file again and puts its site map and location settings in
+/// force. Other settings need a restart; a file that does not load changes nothing.
+fn reload_site(config: &Config, app: &App, location: &crate::location::service::LocationService) {
+    let Some(path) = &config.source else {
+        log::info!("SIGHUP: no configuration file to reload (built-in defaults)");
+        return;
+    };
+    match crate::config::load(Some(path)) {
+        Ok(new) => {
+            {
+                let mut state = app.site.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                state.site = Arc::clone(&new.site_map);
+                state.engine = new.location.engine.clone();
+            }
+            location.site_changed();
+            log::info!(
+                "SIGHUP: site map reloaded from {} ({} zones, {} receivers)",
+                path.display(),
+                new.site_map.zones.len(),
+                new.site_map.receivers.len()
+            );
+        }
+        Err(e) => log::warn!("SIGHUP: {} not reloaded: {e}", path.display()),
     }
 }
 

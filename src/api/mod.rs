@@ -44,6 +44,8 @@ pub struct App {
     /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics (for tests).
     pub fault_injection: bool,
     pub metrics: Arc<Metrics>,
+    /// The site map and location settings in force (replaced on SIGHUP).
+    pub site: crate::location::service::SiteHandle,
 }
 
 /// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
@@ -187,7 +189,8 @@ impl App {
         let saved = store.load_quota(hour)?;
         let quota = Quota::new(config.api.quota_calls_per_hour, hour, saved);
         let fault_injection = std::env::var("SITEGATE_FAULT_INJECTION").is_ok_and(|v| v == "1");
-        Ok(App { config, store, quota, fault_injection, metrics })
+        let site = crate::location::service::site_handle(Arc::clone(&config.site_map), config.location.engine.clone());
+        Ok(App { config, store, quota, fault_injection, metrics, site })
     }
 
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the

@@ -99,25 +99,63 @@ pub struct Identified {
 /// Matches adverts to devices: by iBeacon or Eddystone-UID identity, or by MAC. Eddystone-TLM
 /// frames carry no identity: they belong to the device whose UID frames came from the same
 /// MAC.
+///
+/// Each device has a slot (the engine's device index) that stays the same across reloads, so
+/// the engine's state survives devices being added or changed.
 pub struct Registry {
-    devices: Vec<Device>,
+    slots: Vec<Option<Device>>,
+    /// The key (database id) of each slot.
+    keys: Vec<i64>,
+    slot_of_key: HashMap<i64, usize>,
     by_beacon: HashMap<BeaconId, usize>,
     /// MACs seen sending a registered Eddystone-UID (for pairing TLM frames).
     uid_macs: HashMap<Mac, usize>,
 }
 
 impl Registry {
-    /// Devices with the same identity: the first wins.
-    pub fn new(devices: Vec<Device>) -> Registry {
-        let mut by_beacon = HashMap::with_capacity(devices.len());
-        for (i, d) in devices.iter().enumerate() {
-            by_beacon.entry(d.beacon).or_insert(i);
-        }
-        Registry { devices, by_beacon, uid_macs: HashMap::new() }
+    /// Devices by key. Devices with the same identity: the first wins.
+    pub fn new(devices: Vec<(i64, Device)>) -> Registry {
+        let mut r = Registry {
+            slots: Vec::new(),
+            keys: Vec::new(),
+            slot_of_key: HashMap::new(),
+            by_beacon: HashMap::new(),
+            uid_macs: HashMap::new(),
+        };
+        r.reload(devices);
+        r
     }
 
-    pub fn devices(&self) -> &[Device] {
-        &self.devices
+    /// Replaces the devices; known keys keep their slots.
+    pub fn reload(&mut self, devices: Vec<(i64, Device)>) {
+        self.slots.iter_mut().for_each(|s| *s = None);
+        self.by_beacon.clear();
+        self.uid_macs.clear();
+        for (key, device) in devices {
+            let slot = match self.slot_of_key.get(&key) {
+                Some(&slot) => slot,
+                None => {
+                    if self.slots.len() >= limits::LOCATION_DEVICES_MAX {
+                        continue;
+                    }
+                    self.slots.push(None);
+                    self.keys.push(key);
+                    self.slot_of_key.insert(key, self.slots.len() - 1);
+                    self.slots.len() - 1
+                }
+            };
+            self.by_beacon.entry(device.beacon).or_insert(slot);
+            self.slots[slot] = Some(device);
+        }
+    }
+
+    /// The device in a slot (None: removed since).
+    pub fn device(&self, slot: usize) -> Option<&Device> {
+        self.slots.get(slot).and_then(Option::as_ref)
+    }
+
+    pub fn key(&self, slot: usize) -> Option<i64> {
+        self.keys.get(slot).copied()
     }
 
     /// The device an advert comes from, if it is a registered one. Cheap for the rest: a
@@ -187,8 +225,8 @@ mod tests {
             contactid: None,
         };
         let mut r = Registry::new(vec![
-            device("1/1/1", uid),
-            device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap()),
+            (10, device("1/1/1", uid)),
+            (20, device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap())),
         ]);
         let mac = Mac([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x01]);
         let advert = |mac: Mac, svc: Vec<(u16, Vec<u8>)>| Advert {
@@ -214,5 +252,9 @@ mod tests {
         let mac2 = Mac([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x02]);
         assert_eq!(r.identify(&advert(mac2, vec![])).map(|i| i.device), Some(1));
         assert_eq!(r.identify(&advert(Mac([9; 6]), vec![])), None);
+        // A reload keeps slots by key, and a removed device is no longer matched.
+        r.reload(vec![(20, device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap()))]);
+        assert_eq!(r.identify(&advert(mac2, vec![])).map(|i| i.device), Some(1));
+        assert_eq!((r.key(1), r.device(0)), (Some(20), None));
     }
 }

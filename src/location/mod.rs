@@ -1,8 +1,10 @@
 //! Location: adverts from BLE receivers, beacon identities, the zone engine, and the site map.
 
 pub mod beacon;
+pub mod ble;
 pub mod devices;
 pub mod engine;
 pub mod replay;
+pub mod service;
 pub mod site;
 pub mod trace;

@@ -95,7 +95,8 @@ fn write_decisions(pipeline: &Pipeline, outputs: &mut Vec<Output>, out: &mut imp
             Output::Exit { t_ms, device, zone } => (t_ms, device, zone, "exit"),
             Output::Update(_) => continue,
         };
-        let address = &pipeline.registry.devices()[device].deviceaddress;
+        let Some(d) = pipeline.registry.device(device) else { continue };
+        let address = &d.deviceaddress;
         let zoneid = pipeline.site.zones[zone].id;
         writeln!(out, "{{\"t_ms\":{t_ms},\"deviceaddress\":\"{address}\",\"zoneid\":{zoneid},\"event\":\"{event}\"}}")?;
     }

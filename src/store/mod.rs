@@ -10,6 +10,7 @@
 
 mod activities;
 mod hooks;
+mod location;
 mod maintenance;
 mod principals;
 mod quota;
@@ -30,6 +31,7 @@ use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
+pub use location::{DeviceStatus, LocationBatch, LocationEvent, LocationRow, StoredDevice, Visit};
 pub use maintenance::{backup, restore};
 pub use principals::NewUser;
 pub use records::{

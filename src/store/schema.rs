@@ -165,4 +165,73 @@ CREATE INDEX deliveries_done ON deliveries (hook_id, id) WHERE state <> 0;
 CREATE INDEX deliveries_finished ON deliveries (finished) WHERE state <> 0;
 CREATE INDEX deliveries_failed ON deliveries (hook_id) WHERE state = 2;
 "#,
+    // 3: location: devices (tags) with their current status, location history, zone visits.
+    r#"
+CREATE TABLE devices (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    org           TEXT NOT NULL REFERENCES organizations(id),
+    deviceaddress TEXT NOT NULL,                  -- a/b/c
+    deviceid      TEXT NOT NULL,                  -- topic-safe
+    label         TEXT NOT NULL DEFAULT '',
+    tagtype       INTEGER,                        -- a [[tag_types]] id of the config
+    beacon        TEXT NOT NULL,                  -- ibeacon:..., eddystone:..., mac:...
+    contact_id    INTEGER REFERENCES items(id),
+    created       INTEGER NOT NULL,
+    updated       INTEGER NOT NULL,
+    -- Status, written by the location engine in batches.
+    last_seen_ms  INTEGER,
+    battery_mv    INTEGER,
+    battery_ms    INTEGER,
+    zone_id       INTEGER,                        -- the zone it is in now (NULL: none, away)
+    zone_since_ms INTEGER,
+    lat           REAL,
+    lon           REAL,
+    receiver      TEXT,
+    rssi          REAL,
+    position_ms   INTEGER
+);
+CREATE UNIQUE INDEX devices_address ON devices (deviceaddress);
+CREATE UNIQUE INDEX devices_deviceid ON devices (deviceid);
+CREATE UNIQUE INDEX devices_beacon ON devices (beacon);
+CREATE INDEX devices_contact ON devices (contact_id) WHERE contact_id IS NOT NULL;
+
+-- Bumped on every change of devices' registration (not of their status), so that the engine
+-- notices devices added by another process (the command line).
+CREATE TABLE devices_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+INSERT INTO devices_version (id, version) VALUES (1, 0);
+CREATE TRIGGER devices_added AFTER INSERT ON devices BEGIN
+    UPDATE devices_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER devices_removed AFTER DELETE ON devices BEGIN
+    UPDATE devices_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER devices_changed AFTER UPDATE OF deviceaddress, deviceid, label, tagtype, beacon, contact_id, org ON devices BEGIN
+    UPDATE devices_version SET version = version + 1 WHERE id = 1;
+END;
+
+-- Location history: one row per stored update (at zone changes, else at most every
+-- [location] update_interval_ms per device). Keyed by device and time: a device's recent
+-- history and the purge of old rows both read the key, and no other index is kept.
+CREATE TABLE locations (
+    device_id INTEGER NOT NULL,
+    t_ms      INTEGER NOT NULL,
+    zone_id   INTEGER NOT NULL,
+    lat       REAL NOT NULL,
+    lon       REAL NOT NULL,
+    receiver  TEXT NOT NULL,
+    rssi      REAL NOT NULL,
+    PRIMARY KEY (device_id, t_ms)
+) WITHOUT ROWID;
+
+-- Visits: a device in a zone from enter to exit (NULL while it is there).
+CREATE TABLE visits (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    device_id INTEGER NOT NULL,
+    zone_id   INTEGER NOT NULL,
+    enter_ms  INTEGER NOT NULL,
+    exit_ms   INTEGER
+);
+CREATE INDEX visits_device ON visits (device_id, enter_ms);
+CREATE INDEX visits_time ON visits (enter_ms);
+"#,
 ];

@@ -1,0 +1,228 @@
+//! The location engine inside the service: one thread ("location") takes adverts from the
+//! live sources through a bounded queue, runs them through the [`Pipeline`], and writes what
+//! it decides to the store in batches (one transaction per `LOCATION_FLUSH_MS`), so a busy
+//! site never becomes a write per advert.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::beacon::Advert;
+use super::ble::ScanState;
+use super::devices::Registry;
+use super::engine::Output;
+use super::replay::Pipeline;
+use super::site::{EngineSettings, Site};
+use crate::limits;
+use crate::store::{LocationBatch, LocationEvent, Store};
+
+/// The site map and engine settings in force; replaced on SIGHUP.
+#[derive(Clone)]
+pub struct SiteState {
+    pub site: Arc<Site>,
+    pub engine: EngineSettings,
+}
+
+pub type SiteHandle = Arc<RwLock<SiteState>>;
+
+pub fn site_handle(site: Arc<Site>, engine: EngineSettings) -> SiteHandle {
+    Arc::new(RwLock::new(SiteState { site, engine }))
+}
+
+pub fn current(handle: &SiteHandle) -> SiteState {
+    handle.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
+pub struct LocationService {
+    pub adverts: crossbeam_channel::Sender<Advert>,
+    pub scan: Arc<ScanState>,
+    stop: Arc<AtomicBool>,
+    /// Set when the site map changed: the engine starts over with it.
+    reload: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl LocationService {
+    pub fn start(store: Arc<Store>, site: SiteHandle, retention_days: u64) -> std::io::Result<LocationService> {
+        let (tx, rx) = crossbeam_channel::bounded(limits::LOCATION_ADVERT_QUEUE_MAX);
+        let stop = Arc::new(AtomicBool::new(false));
+        let reload = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, reload) = (Arc::clone(&stop), Arc::clone(&reload));
+            std::thread::Builder::new()
+                .name("location".into())
+                .spawn(move || run(&store, &site, retention_days, &rx, &stop, &reload))?
+        };
+        Ok(LocationService { adverts: tx, scan: Arc::new(ScanState::default()), stop, reload, thread })
+    }
+
+    /// The site map changed (SIGHUP): zone state starts over with the new map.
+    pub fn site_changed(&self) {
+        self.reload.store(true, Ordering::SeqCst);
+    }
+
+    /// Writes what is pending, closes the visits in progress, and joins the thread.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        drop(self.adverts);
+        let _ = self.thread.join();
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn load_registry(store: &Store) -> Vec<(i64, super::devices::Device)> {
+    match store.devices(None) {
+        Ok(devices) => devices.into_iter().map(|d| (d.id, d.device)).collect(),
+        Err(e) => {
+            log::warn!("location: cannot read the devices: {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// What the engine said since the last write, ready for the store.
+#[derive(Default)]
+struct Pending {
+    events: Vec<LocationEvent>,
+    seen: HashMap<i64, i64>,
+    battery: HashMap<i64, (i64, Option<u16>)>,
+}
+
+impl Pending {
+    fn outputs(&mut self, pipeline: &Pipeline, outputs: &mut Vec<Output>) {
+        for o in outputs.drain(..) {
+            let zone_id = |z: usize| pipeline.site.zones[z].id;
+            let key = |d: usize| pipeline.registry.key(d);
+            let event = match o {
+                Output::Enter { t_ms, device, zone } => {
+                    key(device).map(|device_id| LocationEvent::Enter { device_id, t_ms, zone_id: zone_id(zone) })
+                }
+                Output::Exit { t_ms, device, zone } => {
+                    key(device).map(|device_id| LocationEvent::Exit { device_id, t_ms, zone_id: zone_id(zone) })
+                }
+                Output::Update(u) => key(u.device).map(|device_id| LocationEvent::Update {
+                    device_id,
+                    t_ms: u.t_ms,
+                    zone_id: zone_id(u.zone),
+                    lat: u.lat,
+                    lon: u.lon,
+                    receiver: pipeline.site.receivers[u.receiver].id.clone(),
+                    rssi: u.rssi_dbm,
+                }),
+            };
+            if let Some(e) = event
+                && self.events.len() < limits::LOCATION_BATCH_EVENTS_MAX
+            {
+                self.events.push(e);
+            }
+        }
+    }
+
+    fn take(&mut self) -> LocationBatch {
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(self.seen.drain().map(|(device_id, t_ms)| LocationEvent::Seen { device_id, t_ms }));
+        events.extend(self.battery.drain().map(|(device_id, (t_ms, mv))| LocationEvent::Battery {
+            device_id,
+            t_ms,
+            mv,
+        }));
+        LocationBatch { events }
+    }
+}
+
+fn run(
+    store: &Store,
+    site: &SiteHandle,
+    retention_days: u64,
+    rx: &crossbeam_channel::Receiver<Advert>,
+    stop: &AtomicBool,
+    reload: &AtomicBool,
+) {
+    if let Err(e) = store.close_open_visits() {
+        log::warn!("location: cannot close the visits of the last run: {e}");
+    }
+    let state = current(site);
+    let mut pipeline = Pipeline::new(state.site, Registry::new(load_registry(store)), state.engine);
+    let mut version = store.devices_version().unwrap_or(-1);
+    let mut pending = Pending::default();
+    let mut outputs = Vec::new();
+    let flush_every = Duration::from_millis(limits::LOCATION_FLUSH_MS);
+    let (mut last_flush, mut last_check) = (Instant::now(), Instant::now());
+    let mut last_purge: Option<Instant> = None;
+    loop {
+        match rx.recv_timeout(flush_every / 4) {
+            Ok(advert) => {
+                if let Some(heard) = pipeline.advert(&advert, &mut outputs)
+                    && let Some(key) = pipeline.registry.key(heard.device)
+                {
+                    pending.seen.insert(key, advert.t_ms);
+                    if let Some(mv) = heard.battery_mv {
+                        pending.battery.insert(key, (advert.t_ms, Some(mv)));
+                    }
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {}
+        }
+        let stopping = stop.load(Ordering::SeqCst);
+        if last_flush.elapsed() >= flush_every || stopping {
+            pipeline.tick_until(now_ms(), &mut outputs);
+            pending.outputs(&pipeline, &mut outputs);
+            if let Err(e) = store.write_location_batch(&pending.take()) {
+                log::warn!("location: cannot write what the engine decided: {e}");
+            }
+            last_flush = Instant::now();
+        }
+        if stopping {
+            break;
+        }
+        if last_check.elapsed() >= Duration::from_millis(limits::LOCATION_DEVICES_CHECK_MS) {
+            last_check = Instant::now();
+            if let Ok(v) = store.devices_version()
+                && v != version
+            {
+                version = v;
+                pipeline.registry.reload(load_registry(store));
+                log::info!("location: devices changed; the engine follows");
+            }
+        }
+        if reload.swap(false, Ordering::SeqCst) {
+            // Every visit ends now; the devices enter their zones again under the new map.
+            pending.outputs(&pipeline, &mut outputs);
+            let _ = store.write_location_batch(&pending.take());
+            let _ = store.close_open_visits();
+            let state = current(site);
+            let registry = std::mem::replace(&mut pipeline.registry, Registry::new(Vec::new()));
+            pipeline = Pipeline::new(state.site, registry, state.engine);
+            log::info!("location: the site map changed; zone state starts over");
+        }
+        if last_purge.is_none_or(|t| t.elapsed() >= Duration::from_secs(limits::LOCATION_PURGE_INTERVAL_S)) {
+            let before = now_ms() - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX);
+            match store.purge_locations(before, limits::LOCATION_PURGE_ROWS_MAX) {
+                // A full batch: more next round (each round one short write).
+                Ok(n) if n == limits::LOCATION_PURGE_ROWS_MAX as usize => {}
+                Ok(n) => {
+                    if n > 0 {
+                        log::info!("location: forgot {n} history rows older than the retention");
+                    }
+                    last_purge = Some(Instant::now());
+                }
+                Err(e) => {
+                    log::warn!("location: cannot purge old history: {e}");
+                    last_purge = Some(Instant::now());
+                }
+            }
+        }
+    }
+    if let Err(e) = store.close_open_visits() {
+        log::warn!("location: cannot close the visits at shutdown: {e}");
+    }
+}

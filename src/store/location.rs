@@ -1,0 +1,424 @@
+//! Devices (tags), their status, location history and zone visits.
+
+use rusqlite::{OptionalExtension, Row, Transaction};
+
+use super::{ExecCached, Result, Store, StoreError};
+use crate::location::beacon::BeaconId;
+use crate::location::devices::Device;
+use crate::timefmt::now_secs;
+
+/// A device as stored, with its status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredDevice {
+    pub id: i64,
+    pub org: String,
+    pub device: Device,
+    /// The contact's name, when a contact is assigned.
+    pub contact_name: Option<String>,
+    pub created: i64,
+    pub updated: i64,
+    pub status: DeviceStatus,
+}
+
+/// What the engine last said about a device.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceStatus {
+    pub last_seen_ms: Option<i64>,
+    pub battery_mv: Option<i64>,
+    pub battery_ms: Option<i64>,
+    /// The zone id (of the site map) it is in now.
+    pub zone_id: Option<i64>,
+    pub zone_since_ms: Option<i64>,
+    pub lat: Option<f64>,
+    pub lon: Option<f64>,
+    pub receiver: Option<String>,
+    pub rssi: Option<f64>,
+    pub position_ms: Option<i64>,
+}
+
+/// What the engine wrote since the last batch, in time order per device.
+#[derive(Debug, Default)]
+pub struct LocationBatch {
+    pub events: Vec<LocationEvent>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum LocationEvent {
+    Seen { device_id: i64, t_ms: i64 },
+    Battery { device_id: i64, t_ms: i64, mv: Option<u16> },
+    Enter { device_id: i64, t_ms: i64, zone_id: i64 },
+    Exit { device_id: i64, t_ms: i64, zone_id: i64 },
+    Update { device_id: i64, t_ms: i64, zone_id: i64, lat: f64, lon: f64, receiver: String, rssi: f64 },
+}
+
+impl LocationBatch {
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+/// A stored location update.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocationRow {
+    pub t_ms: i64,
+    pub zone_id: i64,
+    pub lat: f64,
+    pub lon: f64,
+    pub receiver: String,
+    pub rssi: f64,
+}
+
+/// A visit of a device to a zone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Visit {
+    pub device_id: i64,
+    pub zone_id: i64,
+    pub enter_ms: i64,
+    /// None: still there.
+    pub exit_ms: Option<i64>,
+}
+
+const DEVICE_COLUMNS: &str = "d.id, d.org, d.deviceaddress, d.deviceid, d.label, d.tagtype, d.beacon, d.contact_id, \
+     d.created, d.updated, d.last_seen_ms, d.battery_mv, d.battery_ms, d.zone_id, d.zone_since_ms, d.lat, d.lon, \
+     d.receiver, d.rssi, d.position_ms, c.name";
+
+fn device_from_row(r: &Row<'_>) -> rusqlite::Result<StoredDevice> {
+    let beacon: String = r.get(6)?;
+    Ok(StoredDevice {
+        id: r.get(0)?,
+        org: r.get(1)?,
+        device: Device {
+            deviceaddress: r.get(2)?,
+            deviceid: r.get(3)?,
+            label: r.get(4)?,
+            tagtype: r.get(5)?,
+            beacon: BeaconId::parse(&beacon).unwrap_or(BeaconId::Mac(crate::location::beacon::Mac([0; 6]))),
+            contactid: r.get(7)?,
+        },
+        created: r.get(8)?,
+        updated: r.get(9)?,
+        status: DeviceStatus {
+            last_seen_ms: r.get(10)?,
+            battery_mv: r.get(11)?,
+            battery_ms: r.get(12)?,
+            zone_id: r.get(13)?,
+            zone_since_ms: r.get(14)?,
+            lat: r.get(15)?,
+            lon: r.get(16)?,
+            receiver: r.get(17)?,
+            rssi: r.get(18)?,
+            position_ms: r.get(19)?,
+        },
+        contact_name: r.get(20)?,
+    })
+}
+
+/// The contact must be a live contact record of the organisation.
+fn check_contact(tx: &Transaction<'_>, org: &str, contact: Option<i64>) -> Result<()> {
+    let Some(id) = contact else { return Ok(()) };
+    let found: Option<i64> = tx
+        .query_row(
+            "SELECT id FROM items WHERE id = ?1 AND org = ?2 AND typeid = 1 AND parent IS NULL AND archived IS NULL",
+            (id, org),
+            |r| r.get(0),
+        )
+        .optional()?;
+    found.map(|_| ()).ok_or_else(|| StoreError::BadReference(format!("contactid {id} is not a contact")))
+}
+
+/// Which unique column a new or changed device collides with, if any.
+fn check_unique(tx: &Transaction<'_>, d: &Device, except: i64) -> Result<()> {
+    for (column, value, what) in [
+        ("deviceaddress", d.deviceaddress.clone(), "deviceaddress"),
+        ("deviceid", d.deviceid.clone(), "deviceid"),
+        ("beacon", d.beacon.to_string(), "beacon"),
+    ] {
+        let sql = format!("SELECT id FROM devices WHERE {column} = ?1 AND id <> ?2");
+        let other: Option<i64> = tx.query_row(&sql, (&value, except), |r| r.get(0)).optional()?;
+        if other.is_some() {
+            return Err(StoreError::Duplicate(format!("a device with {what} {value} already exists")));
+        }
+    }
+    Ok(())
+}
+
+impl Store {
+    pub fn create_device(&self, org: &str, d: &Device) -> Result<StoredDevice> {
+        let id = self.write(|tx| {
+            check_unique(tx, d, 0)?;
+            check_contact(tx, org, d.contactid)?;
+            let now = now_secs();
+            tx.exec(
+                "INSERT INTO devices (org, deviceaddress, deviceid, label, tagtype, beacon, contact_id, created, updated)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                (org, &d.deviceaddress, &d.deviceid, &d.label, d.tagtype, d.beacon.to_string(), d.contactid, now),
+            )?;
+            Ok(tx.last_insert_rowid())
+        })?;
+        self.device(Some(org), id)
+    }
+
+    /// Several devices in one transaction: all or none.
+    pub fn import_devices(&self, org: &str, devices: &[Device]) -> Result<usize> {
+        self.write(|tx| {
+            let now = now_secs();
+            for d in devices {
+                check_unique(tx, d, 0)?;
+                check_contact(tx, org, d.contactid)?;
+                tx.exec(
+                    "INSERT INTO devices (org, deviceaddress, deviceid, label, tagtype, beacon, contact_id, created, updated)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                    (org, &d.deviceaddress, &d.deviceid, &d.label, d.tagtype, d.beacon.to_string(), d.contactid, now),
+                )?;
+            }
+            Ok(devices.len())
+        })
+    }
+
+    pub fn update_device(&self, org: &str, id: i64, d: &Device) -> Result<()> {
+        self.write(|tx| {
+            let exists: Option<i64> = tx
+                .query_row("SELECT id FROM devices WHERE id = ?1 AND org = ?2", (id, org), |r| r.get(0))
+                .optional()?;
+            exists.ok_or(StoreError::NotFound)?;
+            check_unique(tx, d, id)?;
+            check_contact(tx, org, d.contactid)?;
+            tx.exec(
+                "UPDATE devices SET deviceaddress = ?2, deviceid = ?3, label = ?4, tagtype = ?5, beacon = ?6,
+                                    contact_id = ?7, updated = ?8 WHERE id = ?1",
+                (id, &d.deviceaddress, &d.deviceid, &d.label, d.tagtype, d.beacon.to_string(), d.contactid, now_secs()),
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Deletes a device with its location history and visits.
+    pub fn delete_device(&self, org: &str, id: i64) -> Result<()> {
+        self.write(|tx| {
+            let n = tx.exec("DELETE FROM devices WHERE id = ?1 AND org = ?2", (id, org))?;
+            if n == 0 {
+                return Err(StoreError::NotFound);
+            }
+            tx.exec("DELETE FROM locations WHERE device_id = ?1", [id])?;
+            tx.exec("DELETE FROM visits WHERE device_id = ?1", [id])?;
+            Ok(())
+        })
+    }
+
+    /// Devices of an organisation (all organisations: `None`), by id.
+    pub fn devices(&self, org: Option<&str>) -> Result<Vec<StoredDevice>> {
+        self.read(|tx| {
+            let sql = format!(
+                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id
+                 WHERE ?1 IS NULL OR d.org = ?1 ORDER BY d.id"
+            );
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let rows = stmt.query_map([org], device_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    pub fn device(&self, org: Option<&str>, id: i64) -> Result<StoredDevice> {
+        self.read(|tx| {
+            let sql = format!(
+                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id
+                 WHERE d.id = ?2 AND (?1 IS NULL OR d.org = ?1)"
+            );
+            tx.query_row(&sql, (org, id), device_from_row).optional()?.ok_or(StoreError::NotFound)
+        })
+    }
+
+    /// Changes whenever a device is added, changed or removed (by any process).
+    pub fn devices_version(&self) -> Result<i64> {
+        self.read(|tx| Ok(tx.query_row("SELECT version FROM devices_version WHERE id = 1", [], |r| r.get(0))?))
+    }
+
+    /// Writes what the engine decided, in one transaction: history rows, visits, status.
+    pub fn write_location_batch(&self, batch: &LocationBatch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            for e in &batch.events {
+                match e {
+                    LocationEvent::Seen { device_id, t_ms } => {
+                        tx.exec(
+                            "UPDATE devices SET last_seen_ms = max(coalesce(last_seen_ms, 0), ?2) WHERE id = ?1",
+                            (device_id, t_ms),
+                        )?;
+                    }
+                    LocationEvent::Battery { device_id, t_ms, mv } => {
+                        tx.exec(
+                            "UPDATE devices SET battery_mv = ?2, battery_ms = ?3 WHERE id = ?1",
+                            (device_id, mv.map(i64::from), t_ms),
+                        )?;
+                    }
+                    LocationEvent::Enter { device_id, t_ms, zone_id } => {
+                        tx.exec(
+                            "INSERT INTO visits (device_id, zone_id, enter_ms) VALUES (?1, ?2, ?3)",
+                            (device_id, zone_id, t_ms),
+                        )?;
+                        tx.exec(
+                            "UPDATE devices SET zone_id = ?2, zone_since_ms = ?3 WHERE id = ?1",
+                            (device_id, zone_id, t_ms),
+                        )?;
+                    }
+                    LocationEvent::Exit { device_id, t_ms, zone_id } => {
+                        tx.exec(
+                            "UPDATE visits SET exit_ms = ?3
+                             WHERE id = (SELECT id FROM visits WHERE device_id = ?1 AND zone_id = ?2 AND exit_ms IS NULL
+                                         ORDER BY enter_ms DESC LIMIT 1)",
+                            (device_id, zone_id, t_ms),
+                        )?;
+                        tx.exec(
+                            "UPDATE devices SET zone_id = NULL, zone_since_ms = ?3 WHERE id = ?1 AND zone_id = ?2",
+                            (device_id, zone_id, t_ms),
+                        )?;
+                    }
+                    LocationEvent::Update { device_id, t_ms, zone_id, lat, lon, receiver, rssi } => {
+                        tx.exec(
+                            "INSERT OR REPLACE INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            (device_id, t_ms, zone_id, lat, lon, receiver, rssi),
+                        )?;
+                        tx.exec(
+                            "UPDATE devices SET lat = ?2, lon = ?3, receiver = ?4, rssi = ?5, position_ms = ?6 WHERE id = ?1",
+                            (device_id, lat, lon, receiver, rssi, t_ms),
+                        )?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends the visits still open at each device's last sighting (at start: the service
+    /// stopped or crashed while devices were in zones; at shutdown).
+    pub fn close_open_visits(&self) -> Result<usize> {
+        self.write(|tx| {
+            let n = tx.exec(
+                "UPDATE visits SET exit_ms = (SELECT max(visits.enter_ms, coalesce(d.last_seen_ms, visits.enter_ms))
+                                              FROM devices d WHERE d.id = visits.device_id)
+                 WHERE exit_ms IS NULL",
+                [],
+            )?;
+            tx.exec("UPDATE devices SET zone_id = NULL, zone_since_ms = last_seen_ms WHERE zone_id IS NOT NULL", [])?;
+            Ok(n)
+        })
+    }
+
+    /// A device's location updates since `since_ms`, oldest first (at most `limit`).
+    pub fn location_history(&self, device_id: i64, since_ms: i64, limit: u32) -> Result<Vec<LocationRow>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT t_ms, zone_id, lat, lon, receiver, rssi FROM locations
+                 WHERE device_id = ?1 AND t_ms >= ?2 ORDER BY t_ms LIMIT ?3",
+            )?;
+            let rows = stmt.query_map((device_id, since_ms, limit), |r| {
+                Ok(LocationRow {
+                    t_ms: r.get(0)?,
+                    zone_id: r.get(1)?,
+                    lat: r.get(2)?,
+                    lon: r.get(3)?,
+                    receiver: r.get(4)?,
+                    rssi: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Visits of an organisation's devices overlapping [from_ms, to_ms), oldest first.
+    pub fn visits(&self, org: &str, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Visit>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT v.device_id, v.zone_id, v.enter_ms, v.exit_ms FROM visits v JOIN devices d ON d.id = v.device_id
+                 WHERE d.org = ?1 AND v.enter_ms < ?3 AND coalesce(v.exit_ms, ?3) > ?2
+                 ORDER BY v.enter_ms, v.id LIMIT ?4",
+            )?;
+            let rows = stmt.query_map((org, from_ms, to_ms, limit), |r| {
+                Ok(Visit { device_id: r.get(0)?, zone_id: r.get(1)?, enter_ms: r.get(2)?, exit_ms: r.get(3)? })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Forgets location history and visits that ended before `before_ms`, at most `rows_max`
+    /// rows per call (each call one short write); returns how many went.
+    pub fn purge_locations(&self, before_ms: i64, rows_max: u32) -> Result<usize> {
+        self.write(|tx| {
+            let ids: Vec<i64> = {
+                let mut stmt = tx.prepare_cached("SELECT id FROM devices")?;
+                stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?
+            };
+            let mut n = 0;
+            for id in ids {
+                let left = i64::from(rows_max).saturating_sub(n as i64);
+                if left <= 0 {
+                    break;
+                }
+                n += tx.exec(
+                    "DELETE FROM locations WHERE device_id = ?1 AND t_ms IN
+                        (SELECT t_ms FROM locations WHERE device_id = ?1 AND t_ms < ?2 ORDER BY t_ms LIMIT ?3)",
+                    (id, before_ms, left),
+                )?;
+            }
+            let left = i64::from(rows_max).saturating_sub(n as i64);
+            if left > 0 {
+                n += tx.exec(
+                    "DELETE FROM visits WHERE id IN (SELECT id FROM visits WHERE enter_ms < ?1 AND exit_ms < ?1
+                                                     ORDER BY enter_ms LIMIT ?2)",
+                    (before_ms, left),
+                )?;
+            }
+            Ok(n)
+        })
+    }
+
+    /// Everything stored about where a contact's devices were: (device, history, visits).
+    pub fn contact_locations(
+        &self,
+        org: &str,
+        contact: i64,
+    ) -> Result<Vec<(StoredDevice, Vec<LocationRow>, Vec<Visit>)>> {
+        let devices: Vec<StoredDevice> =
+            self.devices(Some(org))?.into_iter().filter(|d| d.device.contactid == Some(contact)).collect();
+        let mut out = Vec::new();
+        for d in devices {
+            let history = self.location_history(d.id, 0, u32::MAX)?;
+            let visits = self.read(|tx| {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT device_id, zone_id, enter_ms, exit_ms FROM visits WHERE device_id = ?1 ORDER BY enter_ms",
+                )?;
+                let rows = stmt.query_map([d.id], |r| {
+                    Ok(Visit { device_id: r.get(0)?, zone_id: r.get(1)?, enter_ms: r.get(2)?, exit_ms: r.get(3)? })
+                })?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })?;
+            out.push((d, history, visits));
+        }
+        Ok(out)
+    }
+
+    /// Forgets where a contact's devices were: their history, visits and current status.
+    /// Returns the rows removed.
+    pub fn purge_contact_locations(&self, org: &str, contact: i64) -> Result<usize> {
+        self.write(|tx| {
+            let ids: Vec<i64> = {
+                let mut stmt = tx.prepare_cached("SELECT id FROM devices WHERE org = ?1 AND contact_id = ?2")?;
+                stmt.query_map((org, contact), |r| r.get(0))?.collect::<rusqlite::Result<_>>()?
+            };
+            let mut n = 0;
+            for id in ids {
+                n += tx.exec("DELETE FROM locations WHERE device_id = ?1", [id])?;
+                n += tx.exec("DELETE FROM visits WHERE device_id = ?1", [id])?;
+                tx.exec(
+                    "UPDATE devices SET lat = NULL, lon = NULL, receiver = NULL, rssi = NULL, position_ms = NULL,
+                                        zone_id = NULL, zone_since_ms = NULL WHERE id = ?1",
+                    [id],
+                )?;
+            }
+            Ok(n)
+        })
+    }
+}
