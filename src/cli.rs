@@ -25,6 +25,128 @@ pub enum Command {
     Backup(Backup),
     Restore(Restore),
     Replay(Replay),
+    Record(Record),
+    Device(DeviceCmd),
+    Locations(Locations),
+}
+
+#[derive(FromArgs, Debug)]
+/// Write the adverts the BLE adapter hears to a trace file (JSON Lines) until interrupted.
+#[argh(subcommand, name = "record")]
+pub struct Record {
+    /// configuration file: [location] adapter and scan_watchdog_s
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the trace file to write (- for standard output)
+    #[argh(option)]
+    pub out: PathBuf,
+    /// stop after this many seconds (default: until SIGINT or SIGTERM)
+    #[argh(option)]
+    pub seconds: Option<u64>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Manage tracked devices (tags); works while the service runs.
+#[argh(subcommand, name = "device")]
+pub struct DeviceCmd {
+    #[argh(subcommand)]
+    pub command: DeviceCommand,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum DeviceCommand {
+    Add(DeviceAdd),
+    Import(DeviceImport),
+    List(DeviceList),
+    Delete(DeviceDelete),
+}
+
+#[derive(FromArgs, Debug)]
+/// Register a device and print its id.
+#[argh(subcommand, name = "add")]
+pub struct DeviceAdd {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the device address: three integers a/b/c
+    #[argh(option)]
+    pub address: String,
+    /// how it is recognised: ibeacon:UUID/MAJOR/MINOR, eddystone:NAMESPACE/INSTANCE or mac:AA:BB:CC:DD:EE:FF
+    #[argh(option)]
+    pub beacon: String,
+    /// topic-safe id used in MQTT (default: the address with . for /)
+    #[argh(option)]
+    pub deviceid: Option<String>,
+    /// a label
+    #[argh(option, default = "String::new()")]
+    pub label: String,
+    /// a tag type id of the site map
+    #[argh(option)]
+    pub tagtype: Option<i64>,
+    /// the contact (record id) who carries it
+    #[argh(option)]
+    pub contact: Option<i64>,
+    /// organisation id (default: the first in the configuration)
+    #[argh(option)]
+    pub org: Option<String>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Register devices from CSV (deviceaddress,deviceid,label,tagtype,beacon,contactid): all or none.
+#[argh(subcommand, name = "import")]
+pub struct DeviceImport {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the CSV file
+    #[argh(positional)]
+    pub file: PathBuf,
+    /// organisation id (default: the first in the configuration)
+    #[argh(option)]
+    pub org: Option<String>,
+}
+
+#[derive(FromArgs, Debug)]
+/// List devices as CSV (the import format, with the id and organisation first).
+#[argh(subcommand, name = "list")]
+pub struct DeviceList {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Delete a device with its location history.
+#[argh(subcommand, name = "delete")]
+pub struct DeviceDelete {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// device id
+    #[argh(option)]
+    pub id: i64,
+    /// organisation id (default: the first in the configuration)
+    #[argh(option)]
+    pub org: Option<String>,
+}
+
+#[derive(FromArgs, Debug)]
+/// A contact's location data (personal data): print it as JSON, or forget it.
+#[argh(subcommand, name = "locations")]
+pub struct Locations {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the contact's record id
+    #[argh(option)]
+    pub contact: i64,
+    /// forget the history, visits and current position of the contact's devices
+    #[argh(switch)]
+    pub purge: bool,
+    /// organisation id (default: the first in the configuration)
+    #[argh(option)]
+    pub org: Option<String>,
 }
 
 #[derive(FromArgs, Debug)]

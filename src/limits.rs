@@ -208,3 +208,13 @@ pub const LOCATION_PURGE_INTERVAL_S: u64 = 3_600;
 pub const LOCATION_PURGE_ROWS_MAX: u32 = 5_000;
 /// Location: decisions held for one write at most (beyond, the newest are dropped and logged).
 pub const LOCATION_BATCH_EVENTS_MAX: usize = 100_000;
+/// Location API: rows of history in a `/locate` answer (`historyminutes`).
+pub const LOCATE_HISTORY_ROWS_MAX: u32 = 10_000;
+/// Location API: `lastreportedwithin` and `historyminutes` at most (a week).
+pub const LOCATION_MINUTES_MAX: i64 = 7 * 24 * 60;
+/// Time-in-zone reports: the range without `range`, the longest range, rows per page, and
+/// visits read for one report.
+pub const LOCATION_REPORT_DEFAULT_DAYS: i64 = 1;
+pub const LOCATION_REPORT_RANGE_DAYS_MAX: i64 = 366;
+pub const LOCATION_REPORT_PAGE_ROWS: usize = 500;
+pub const LOCATION_REPORT_VISITS_MAX: u32 = 200_000;

@@ -200,6 +200,9 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Replay(r) => run_replay(r),
+        Command::Record(r) => run_record(r),
+        Command::Device(d) => run_device(d.command),
+        Command::Locations(l) => run_locations(l),
         Command::User(u) => run_user(u.command),
         Command::Group(g) => run_group(g.command),
     }
@@ -235,6 +238,155 @@ fn run_replay(r: cli::Replay) -> Result<(), Failure> {
         "sitegate: replayed {} adverts ({} from receivers not in the site map, {} from unregistered devices)",
         c.adverts, c.unknown_receiver, c.unknown_device
     );
+    Ok(())
+}
+
+fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
+    use location::devices::{Device, check_address, check_deviceid, default_deviceid, read_csv};
+    match command {
+        cli::DeviceCommand::Add(a) => {
+            let (config, store) = open_admin(a.config.as_deref())?;
+            let org = org_of(&config, a.org.as_deref())?;
+            check_address(&a.address).map_err(Failure::Usage)?;
+            let deviceid = a.deviceid.unwrap_or_else(|| default_deviceid(&a.address));
+            check_deviceid(&deviceid).map_err(Failure::Usage)?;
+            let beacon = location::beacon::BeaconId::parse(&a.beacon).ok_or_else(|| {
+                Failure::Usage(format!(
+                    "{:?} is not ibeacon:UUID/MAJOR/MINOR, eddystone:NAMESPACE/INSTANCE or mac:AA:BB:CC:DD:EE:FF",
+                    a.beacon
+                ))
+            })?;
+            if let Some(t) = a.tagtype
+                && config.site_map.tag_type(t).is_none()
+            {
+                return Err(Failure::Usage(format!("{t} is not a tag type of the site map")));
+            }
+            let device = Device {
+                deviceaddress: a.address,
+                deviceid,
+                label: a.label,
+                tagtype: a.tagtype,
+                beacon,
+                contactid: a.contact,
+            };
+            let stored = store.create_device(&org, &device).map_err(usage)?;
+            println!("{}", stored.id);
+        }
+        cli::DeviceCommand::Import(i) => {
+            let (config, store) = open_admin(i.config.as_deref())?;
+            let org = org_of(&config, i.org.as_deref())?;
+            let file = std::fs::File::open(&i.file)
+                .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", i.file.display())))?;
+            let devices = read_csv(file).map_err(|e| Failure::Data(format!("{}: {e}", i.file.display())))?;
+            if let Some(t) = devices.iter().filter_map(|d| d.tagtype).find(|t| config.site_map.tag_type(*t).is_none()) {
+                return Err(Failure::Data(format!("{}: {t} is not a tag type of the site map", i.file.display())));
+            }
+            let n = store.import_devices(&org, &devices).map_err(usage)?;
+            println!("imported {n} devices");
+        }
+        cli::DeviceCommand::List(l) => {
+            let (_, store) = open_admin(l.config.as_deref())?;
+            let mut out = csv::Writer::from_writer(std::io::stdout().lock());
+            let io = |e: csv::Error| Failure::Data(e.to_string());
+            out.write_record(["id", "org", "deviceaddress", "deviceid", "label", "tagtype", "beacon", "contactid"])
+                .map_err(io)?;
+            for d in store.devices(None)? {
+                let opt = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+                out.write_record([
+                    d.id.to_string(),
+                    d.org,
+                    d.device.deviceaddress,
+                    d.device.deviceid,
+                    d.device.label,
+                    opt(d.device.tagtype),
+                    d.device.beacon.to_string(),
+                    opt(d.device.contactid),
+                ])
+                .map_err(io)?;
+            }
+            out.flush().map_err(|e| Failure::Data(e.to_string()))?;
+        }
+        cli::DeviceCommand::Delete(d) => {
+            let (config, store) = open_admin(d.config.as_deref())?;
+            let org = org_of(&config, d.org.as_deref())?;
+            store.delete_device(&org, d.id).map_err(not_found(format!("no device {} in {org}", d.id)))?;
+        }
+    }
+    Ok(())
+}
+
+fn run_locations(l: cli::Locations) -> Result<(), Failure> {
+    let (config, store) = open_admin(l.config.as_deref())?;
+    let org = org_of(&config, l.org.as_deref())?;
+    if l.purge {
+        let n = store.purge_contact_locations(&org, l.contact)?;
+        println!("forgot {n} rows of location data of contact {}", l.contact);
+        return Ok(());
+    }
+    let data = store.contact_locations(&org, l.contact)?;
+    let doc = api::location::contact_locations_out(&config.site_map, &config.site.timezone, l.contact, &data);
+    println!("{}", api::output::to_json(&api::members(doc)));
+    Ok(())
+}
+
+/// Writes adverts as trace lines.
+struct TraceSink {
+    out: Box<dyn std::io::Write + Send>,
+    failed: bool,
+}
+
+impl location::ble::Sink for TraceSink {
+    fn put(&mut self, advert: location::beacon::Advert) -> bool {
+        if !self.failed && location::trace::write_advert(&mut self.out, &advert).is_err() {
+            self.failed = true;
+        }
+        !self.failed
+    }
+}
+
+fn run_record(r: cli::Record) -> Result<(), Failure> {
+    let config = load(r.config.as_deref())?;
+    init_logging(config.log.level);
+    let out: Box<dyn std::io::Write + Send> = if r.out.as_os_str() == "-" {
+        Box::new(std::io::LineWriter::new(std::io::stdout()))
+    } else {
+        let file = std::fs::File::create(&r.out)
+            .map_err(|e| Failure::Usage(format!("cannot write {}: {e}", r.out.display())))?;
+        Box::new(std::io::LineWriter::new(file))
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Data(format!("cannot start the runtime: {e}")))?;
+    let state = std::sync::Arc::new(location::ble::ScanState::default());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let settings = location::ble::BleSettings {
+        adapter: config.location.adapter.clone(),
+        watchdog: std::time::Duration::from_secs(config.location.scan_watchdog_s),
+    };
+    runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(t), Ok(i)) => (t, i),
+            _ => return,
+        };
+        let scan =
+            tokio::spawn(location::ble::run(settings, TraceSink { out, failed: false }, state.clone(), stop.clone()));
+        let limit = async {
+            match r.seconds {
+                Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+            _ = limit => {},
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), scan).await;
+    });
+    eprintln!("sitegate: recorded {} adverts", state.adverts.load(std::sync::atomic::Ordering::Relaxed));
     Ok(())
 }
 

@@ -54,6 +54,30 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     None
 }
 
+/// `2026-11-22 14:05:09` in the site's time zone, from Unix milliseconds (the location API's
+/// timestamps).
+pub fn local_ms(ms: i64, tz: &TimeZone) -> String {
+    match Timestamp::from_millisecond(ms) {
+        Ok(ts) => ts.to_zoned(tz.clone()).strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// A point in time in the site's time zone, as Unix milliseconds: `2026-11-22 14:05:09`,
+/// `2026-11-22T14:05`, `2026-11-22` (midnight), or with an explicit offset.
+pub fn parse_local_ms(s: &str, tz: &TimeZone) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(ts) = s.parse::<Timestamp>() {
+        return Some(ts.as_millisecond());
+    }
+    let dt: DateTime = if s.len() == 10 {
+        s.parse::<Date>().ok()?.to_datetime(jiff::civil::Time::midnight())
+    } else {
+        s.replacen(' ', "T", 1).parse().ok()?
+    };
+    dt.to_zoned(tz.clone()).ok().map(|z| z.timestamp().as_millisecond())
+}
+
 /// Today's date in the site's time zone.
 pub fn today(tz: &TimeZone) -> Date {
     Timestamp::now().to_zoned(tz.clone()).date()

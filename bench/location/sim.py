@@ -289,6 +289,21 @@ class Trajectory:
         self.segs.append((t0, t1, a[0], a[1], a[2], b[0], b[1], b[2], facing[0], facing[1], present))
 
 
+def switched_off(traj, a, b):
+    """A copy of traj in which the tag sends nothing during [a, b) (truth: no zone)."""
+    out = Trajectory()
+    for seg in traj.segs:
+        t0, t1 = seg[0], seg[1]
+        cuts = [t0] + [c for c in (a, b) if t0 < c < t1] + [t1]
+        for u0, u1 in zip(cuts, cuts[1:]):
+            def at(u):
+                f = (u - t0) / (t1 - t0)
+                return (seg[2] + f * (seg[5] - seg[2]), seg[3] + f * (seg[6] - seg[3]), seg[4] + f * (seg[7] - seg[4]))
+            off = a <= u0 and u1 <= b
+            out.segs.append((u0, u1) + at(u0) + at(u1) + (seg[8], seg[9], seg[10] and not off))
+    return out
+
+
 class Person:
     def __init__(self, idx, visitor, home, desk):
         self.idx = idx
@@ -781,8 +796,13 @@ def generate(name, seed, out, minutes=None, adverts=None, config=None, log=None)
         person.desk_boundary = boundary_desk
         person.desk = planner.dwell_point(home, boundary_desk)
         people.append(person)
+    off = people_p.get("tag_off")
     for person in people:
         planner.plan(person)
+        person.tag_traj = person.traj
+        if off and rng_people.random() < off["fraction"]:
+            a = rng_people.uniform(*off["start_fraction"]) * dur_s
+            person.tag_traj = switched_off(person.traj, a, a + rng_people.uniform(*off["minutes"]) * 60.0)
 
     rng_tags = stream(name, seed, "tags")
     emitters = []
@@ -797,7 +817,7 @@ def generate(name, seed, out, minutes=None, adverts=None, config=None, log=None)
         interval = rng_tags.choice(tags_p["interval_ms"])
         p1m_adv = rng_tags.choice(radio["tag_p1m_dbm"])
         p1m_true = p1m_adv + rng_tags.gauss(0, radio["tag_p1m_error_db"])
-        e = Emitter("tag", interval, p1m_true, traj=person.traj, body=True)
+        e = Emitter("tag", interval, p1m_true, traj=person.tag_traj, body=True)
         e.next_t = rng_tags.uniform(0, interval / 1000.0)
         e.jitter_s = tags_p["jitter_ms"] / 1000.0
         rotating = rot is not None and fmt != "mac" and rng_tags.random() < rot["fraction"]
@@ -863,7 +883,7 @@ def generate(name, seed, out, minutes=None, adverts=None, config=None, log=None)
 
     with open(os.path.join(out, "truth.jsonl"), "w") as f:
         for person, d in zip(people, devices):
-            for a, b, z in truth_intervals(layout, person.traj, end_s):
+            for a, b, z in truth_intervals(layout, person.tag_traj, end_s):
                 f.write(json.dumps({"deviceaddress": d[0], "from_ms": start_ms + int(round(a * 1000)),
                                     "to_ms": start_ms + int(round(b * 1000)), "zoneid": z},
                                    separators=(",", ":")) + "\n")

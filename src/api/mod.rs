@@ -7,6 +7,7 @@ mod activities;
 mod batch;
 pub mod error;
 pub mod input;
+pub mod location;
 pub mod output;
 mod records;
 mod reports;
@@ -369,6 +370,48 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiErr
         ["hooks", id, "deliveries", delivery, "retry"] if is_id(id) && is_id(delivery) => match *method {
             Method::POST => webhooks::retry(ctx, parse_id(id)?, parse_id(delivery)?),
             _ => allow(&["POST"]),
+        },
+        ["devices"] => match *method {
+            Method::GET => location::devices_list(ctx),
+            Method::POST => location::device_create(ctx),
+            _ => allow(&["GET", "POST"]),
+        },
+        ["devices", id] if is_id(id) => {
+            let id = parse_id(id)?;
+            match *method {
+                Method::GET => location::device_show(ctx, id),
+                Method::PUT => location::device_update(ctx, id),
+                Method::DELETE => location::device_delete(ctx, id),
+                _ => allow(&["GET", "PUT", "DELETE"]),
+            }
+        }
+        ["locate"] => match *method {
+            Method::GET | Method::POST => location::locate(ctx),
+            _ => allow(&["GET", "POST"]),
+        },
+        ["report", "lastseen"] | ["lastseen"] => match *method {
+            Method::GET => location::lastseen(ctx),
+            _ => allow(&["GET"]),
+        },
+        ["report", "battery"] | ["battery"] => match *method {
+            Method::GET => location::battery(ctx),
+            _ => allow(&["GET"]),
+        },
+        ["report", name @ ("timebydevice" | "timebyzone" | "timesummary")] => {
+            let report = match *name {
+                "timebydevice" => location::timebydevice,
+                "timebyzone" => location::timebyzone,
+                _ => location::timesummary,
+            };
+            match *method {
+                Method::GET | Method::POST => report(ctx),
+                _ => allow(&["GET", "POST"]),
+            }
+        }
+        ["contacts", id, "locations"] if is_id(id) => match *method {
+            Method::GET => location::contact_export(ctx, parse_id(id)?),
+            Method::DELETE => location::contact_purge(ctx, parse_id(id)?),
+            _ => allow(&["GET", "DELETE"]),
         },
         ["report", name] => {
             let report = match *name {

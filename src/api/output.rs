@@ -14,6 +14,8 @@ use serde_json::{Map, Value};
 pub enum Out {
     Text(String),
     Int(i64),
+    /// JSON null; an empty element in XML.
+    Null,
     Map(Vec<Member>),
     /// A list; in XML each item is an element named `item`.
     List {
@@ -129,6 +131,7 @@ fn write_element(out: &mut String, name: &str, attrs: &[(&'static str, String)],
     }
     match value {
         Out::Text(s) if s.is_empty() => out.push_str("/>\n"),
+        Out::Null => out.push_str("/>\n"),
         Out::Text(s) => {
             out.push('>');
             out.push_str(&escape_text(s));
@@ -217,6 +220,7 @@ fn to_value(out: &Out) -> Value {
     match out {
         Out::Text(s) => Value::String(s.clone()),
         Out::Int(n) => Value::Number((*n).into()),
+        Out::Null => Value::Null,
         Out::Map(members) => members_to_json(members),
         Out::List { items, .. } => Value::Array(items.iter().map(to_value).collect()),
     }

@@ -68,6 +68,9 @@ pub struct LocationRow {
     pub rssi: f64,
 }
 
+/// A contact's devices, each with its history and visits.
+pub type ContactLocations = Vec<(StoredDevice, Vec<LocationRow>, Vec<Visit>)>;
+
 /// A visit of a device to a zone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Visit {
@@ -376,11 +379,7 @@ impl Store {
     }
 
     /// Everything stored about where a contact's devices were: (device, history, visits).
-    pub fn contact_locations(
-        &self,
-        org: &str,
-        contact: i64,
-    ) -> Result<Vec<(StoredDevice, Vec<LocationRow>, Vec<Visit>)>> {
+    pub fn contact_locations(&self, org: &str, contact: i64) -> Result<ContactLocations> {
         let devices: Vec<StoredDevice> =
             self.devices(Some(org))?.into_iter().filter(|d| d.device.contactid == Some(contact)).collect();
         let mut out = Vec::new();

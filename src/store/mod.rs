@@ -31,7 +31,7 @@ use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
-pub use location::{DeviceStatus, LocationBatch, LocationEvent, LocationRow, StoredDevice, Visit};
+pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
 pub use maintenance::{backup, restore};
 pub use principals::NewUser;
 pub use records::{

@@ -9,6 +9,7 @@ mod cli;
 mod files;
 mod http;
 mod list;
+mod location;
 mod ops;
 mod records;
 mod reports;

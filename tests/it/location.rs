@@ -1,0 +1,220 @@
+//! Location: devices through the API and the command line, `sitegate replay` on a trace.
+
+use expect_test::expect_file;
+use serde_json::Value;
+
+use crate::support::*;
+
+/// A small site: one building, one floor, two zones with a receiver each, two tag types.
+pub const SITE: &str = r#"
+[[areas]]
+id = 1
+name = "Campus"
+
+[[buildings]]
+id = 10
+name = "Main building"
+area = 1
+
+[[floors]]
+id = 100
+label = "Ground floor"
+level = 0
+building = 10
+
+[[zones]]
+id = 21
+name = "Kitchen"
+floor = 100
+
+[[zones]]
+id = 22
+name = "Office"
+floor = 100
+
+[[receivers]]
+id = "rx-a"
+zone = 21
+position = "42.500000,-90.730000"
+
+[[receivers]]
+id = "rx-b"
+zone = 22
+position = "42.500000,-90.729800"
+rssi_offset_db = 2
+
+[[tag_types]]
+id = 1
+title = "Staff badge"
+
+[[tag_types]]
+id = 2
+title = "Visitor"
+"#;
+
+pub fn site_config() -> String {
+    format!("{BASE_CONFIG}{SITE}")
+}
+
+const UUID: &str = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
+
+#[test]
+fn devices_through_the_api() {
+    let config = site_config();
+    let s = Service::start_with("devices_through_the_api", Options { config: &config, env: vec![] });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let mut t = Transcript::new();
+    let create = |t: &mut Transcript, body: &str| t.step(&c, Req::new("POST", "/devices").json().json_body(body));
+    create(
+        &mut t,
+        &format!(r#"{{"deviceaddress": "5/1/22", "label": "Badge 22", "tagtype": 1, "beacon": "ibeacon:{UUID}/5/22", "contactid": {ann}}}"#),
+    )
+    .assert_status(201);
+    t.step(
+        &c,
+        Req::new("POST", "/devices").xml_body(
+            "<request><deviceaddress>5/1/23</deviceaddress><deviceid>visitor-23</deviceid><beacon>mac:aa:bb:cc:dd:ee:23</beacon></request>",
+        ),
+    )
+    .assert_status(201);
+    // Refused: each with its reason, nothing stored.
+    for body in [
+        r#"{"deviceaddress": "5/1", "beacon": "mac:AA:BB:CC:DD:EE:01"}"#,
+        r#"{"deviceaddress": "5/1/24", "beacon": "ibeacon:nothex/1/2"}"#,
+        r#"{"deviceaddress": "5/1/24", "beacon": "mac:AA:BB:CC:DD:EE:24", "tagtype": 9}"#,
+        r#"{"deviceaddress": "5/1/24", "beacon": "mac:AA:BB:CC:DD:EE:24", "deviceid": "a/b"}"#,
+        r#"{"deviceaddress": "5/1/24", "beacon": "mac:AA:BB:CC:DD:EE:23"}"#,
+        r#"{"deviceaddress": "5/1/24", "beacon": "mac:AA:BB:CC:DD:EE:24", "contactid": 999}"#,
+        r#"{"deviceaddress": "5/1/24", "beacon": "mac:AA:BB:CC:DD:EE:24", "colour": "red"}"#,
+    ] {
+        create(&mut t, body);
+    }
+    t.step(&c, Req::new("PUT", "/devices/2").json().json_body(r#"{"label": "Visitor 23", "tagtype": 2}"#))
+        .assert_status(200);
+    t.step(&c, Req::new("GET", "/devices").json()).assert_status(200);
+    t.step(&c, Req::new("GET", "/devices/1")).assert_status(200);
+    t.step(&c, Req::new("DELETE", "/devices/2").json()).assert_status(200);
+    t.step(&c, Req::new("GET", "/devices/2").json()).assert_status(404);
+    expect_file!["golden/devices.txt"].assert_eq(&t.text);
+
+    // Users who are not administrators do not manage devices; other organisations see none.
+    let bob = s.add_user("bob@example.com", "Bob", &[]);
+    s.client(&bob).get_json("/devices").assert_status(403);
+    let other = s.add_user("gus@example.com", "Gus", &["--admin", "--org", "globex"]);
+    let v = s.client(&other).get_json("/devices").json();
+    assert_eq!(v["count"], 0);
+    s.client(&other).get_json("/devices/1").assert_status(404);
+}
+
+#[test]
+fn devices_from_the_command_line() {
+    let config = site_config();
+    let s = Service::start_with("devices_from_the_command_line", Options { config: &config, env: vec![] });
+    let csv = s.dir.join("tags.csv");
+    let mut text = String::from("deviceaddress,deviceid,label,tagtype,beacon,contactid\n");
+    for i in 0..300 {
+        text.push_str(&format!("7/1/{i},,Tag {i},1,ibeacon:{UUID}/7/{i},\n"));
+    }
+    std::fs::write(&csv, &text).unwrap();
+    let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "imported 300 devices");
+    // All or none: a file with one bad line (a duplicate) imports nothing.
+    std::fs::write(
+        &csv,
+        "deviceaddress,beacon\n8/1/1,mac:AA:BB:CC:DD:EE:81\n8/1/2,ibeacon:f7826da6-4fa2-4e98-8024-bc5b71e0893e/7/5\n",
+    )
+    .unwrap();
+    let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&csv, "deviceaddress,beacon\n8/1/1,mac:zz\n").unwrap();
+    let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(65));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2: beacon"));
+    let out = s.cli(&["device", "add", "--address", "9/9/9", "--beacon", "mac:AA:BB:CC:DD:EE:99", "--label", "Spare"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let v = s.admin_client().get_json(&format!("/devices/{id}")).json();
+    assert_eq!((v["device"]["deviceid"].as_str(), v["device"]["label"].as_str()), (Some("9.9.9"), Some("Spare")));
+    let list = s.cli(&["device", "list"]);
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert_eq!(listed.lines().count(), 302, "{listed}");
+    assert!(listed.contains(",acme,9/9/9,9.9.9,Spare,,mac:AA:BB:CC:DD:EE:99,"));
+    let out = s.cli(&["device", "delete", "--id", &id]);
+    assert!(out.status.success());
+    s.admin_client().get_json(&format!("/devices/{id}")).assert_status(404);
+}
+
+/// An iBeacon advert line of the trace format.
+fn advert(t_ms: i64, receiver: &str, minor: u16, rssi: i32) -> String {
+    let data = format!("0215{}0005{minor:04x}c5", UUID.replace('-', ""));
+    format!(
+        r#"{{"t_ms":{t_ms},"receiver":"{receiver}","mac":"C0:00:00:00:00:{:02X}","rssi":{rssi},"mfg":{{"004c":"{data}"}}}}"#,
+        minor & 0xff
+    )
+}
+
+#[test]
+fn replay_prints_zone_decisions() {
+    let dir = test_dir("replay_prints_zone_decisions");
+    std::fs::write(dir.join("site.toml"), SITE).unwrap();
+    std::fs::write(
+        dir.join("devices.csv"),
+        format!("deviceaddress,deviceid,label,tagtype,beacon,contactid\n5/1/22,,Badge,1,ibeacon:{UUID}/5/22,\n"),
+    )
+    .unwrap();
+    // In the kitchen for 30 s, in the office for 30 s, then gone. A phone and a foreign
+    // beacon are heard all along; an unknown receiver too.
+    let t0 = 1_763_700_000_000i64;
+    let mut lines = Vec::new();
+    for i in 0..120 {
+        let t = t0 + i * 500;
+        let (a, b) = if i < 60 { (-60, -80) } else { (-82, -61) };
+        lines.push(advert(t, "rx-a", 22, a));
+        lines.push(advert(t + 1, "rx-b", 22, b));
+        lines.push(advert(t + 2, "rx-a", 99, -50));
+        lines.push(format!(
+            r#"{{"t_ms":{},"receiver":"rx-b","mac":"5A:00:00:00:00:01","rssi":-40,"mfg":{{"004c":"1005031c0e3b51"}}}}"#,
+            t + 3
+        ));
+        lines.push(advert(t + 4, "rx-elsewhere", 22, -30));
+    }
+    std::fs::write(dir.join("trace.jsonl"), lines.join("\n") + "\n").unwrap();
+    let out = sitegate()
+        .current_dir(&dir)
+        .args(["replay", "--config", "site.toml", "--trace", "trace.jsonl", "--devices", "devices.csv"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decisions: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary: Vec<(String, i64)> =
+        decisions.iter().map(|d| (d["event"].as_str().unwrap().to_string(), d["zoneid"].as_i64().unwrap())).collect();
+    assert_eq!(
+        summary,
+        [("enter".into(), 21), ("exit".into(), 21), ("enter".into(), 22), ("exit".into(), 22)],
+        "{decisions:?}"
+    );
+    assert!(decisions.iter().all(|d| d["deviceaddress"] == "5/1/22"));
+    let t = |i: usize| decisions[i]["t_ms"].as_i64().unwrap() - t0;
+    assert_eq!(t(0), 0);
+    assert!((30_000..=36_000).contains(&t(2)) && t(1) == t(2), "switch at {} ms", t(2));
+    // Away: its last reading (59.501 s, by rx-b) plus the 30 s away timeout.
+    assert_eq!(t(3), 59_501 + 30_000);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("replayed 600 adverts (120 from receivers not in the site map, 240 from unregistered devices)"),
+        "{stderr}"
+    );
+
+    // A malformed trace names its line; exit status 65.
+    std::fs::write(dir.join("bad.jsonl"), format!("{}\n{{\"t_ms\": 1}}\n", lines[0])).unwrap();
+    let out = sitegate()
+        .current_dir(&dir)
+        .args(["replay", "--config", "site.toml", "--trace", "bad.jsonl", "--devices", "devices.csv"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(65));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trace line 2"), "{}", String::from_utf8_lossy(&out.stderr));
+}
