@@ -318,15 +318,15 @@ def score_device(truth, events, w0, w1):
                 yield truth[i]
             i += 1
 
-    for k, (t, ev, z) in enumerate(events):
+    enter_times = {t for t, ev, z in events if ev == "enter"}
+    for t, ev, z in events:
         if t < w0 or t > w1:
             continue
         if ev == "enter":
             if not any(iv[2] == z for iv in truth_overlapping(t - FALSE_WINDOW_MS, t)):
                 res["false_switches"] += 1
-        elif ev == "exit":
-            followed = any(e[0] == t and e[1] == "enter" for e in events[k + 1:k + 4])
-            if not followed and all(iv[2] is not None for iv in truth_overlapping(t - FALSE_WINDOW_MS, t)):
+        elif ev == "exit" and t not in enter_times:  # an exit to nothing, not half of a switch
+            if all(iv[2] is not None for iv in truth_overlapping(t - FALSE_WINDOW_MS, t)):
                 res["false_switches"] += 1
     # switch delays
     enters = collections.defaultdict(list)

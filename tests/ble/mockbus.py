@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import dbus
@@ -95,6 +96,16 @@ def _die_with_parent():
         pass
     if os.getppid() != parent:
         os._exit(1)
+
+
+def _relay_daemon_stderr(stream):
+    """Copy dbus-daemon's stderr to ours, without its complaint that an unprivileged (or
+    capability-less) user cannot raise the fd limit as a system bus would."""
+    for raw in stream:
+        line = raw.decode(errors="replace")
+        if "Failed to set fd limit" not in line:
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def _stop(proc, name, grace=3.0):
@@ -234,10 +245,11 @@ class Harness:
             [daemon, "--config-file=" + self.config, "--nofork", "--nopidfile", "--nosyslog", "--print-address=1"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=sys.stderr,
+            stderr=subprocess.PIPE,
             preexec_fn=_die_with_parent,
             start_new_session=True,
         )
+        threading.Thread(target=_relay_daemon_stderr, args=(self.daemon.stderr,), daemon=True).start()
         ready, _, _ = select.select([self.daemon.stdout], [], [], 15)
         line = self.daemon.stdout.readline().decode().strip() if ready else ""
         if not line:
@@ -246,6 +258,8 @@ class Harness:
 
     def start_mock(self):
         if self.mock_log is None:
+            # dbusmock logs to stdout without --logfile; appending here keeps the log of
+            # every mock generation across restarts (--logfile would truncate it).
             self.mock_log = open(self.mock_log_path, "ab")  # noqa: SIM115
         env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.address)
         env.pop("DBUS_SESSION_BUS_ADDRESS", None)
@@ -258,8 +272,6 @@ class Harness:
                 "--system",
                 "--template",
                 TEMPLATE,
-                "--logfile",
-                self.mock_log_path,
                 "--parameters",
                 json.dumps(params),
             ],

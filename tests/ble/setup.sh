@@ -43,7 +43,14 @@ fi
 [[ -x $syspython ]] || die "$syspython not found"
 "$syspython" -c 'import dbus, gi' 2>/dev/null || die "$syspython cannot import dbus and gi (python3-dbus, python3-gi)"
 
+# A venv made some other way (another interpreter, no system site packages) cannot see
+# python3-dbus and python3-gi: make it again.
+if [[ -f $venv/pyvenv.cfg ]] && ! { grep -qE '^include-system-site-packages *= *true' "$venv/pyvenv.cfg" &&
+    "$venv/bin/python" -c 'import dbus, gi' 2>/dev/null; }; then
+    rm -rf "$venv"
+fi
 if [[ ! -x $venv/bin/python ]]; then
+    [[ ! -e $venv ]] || die "$venv exists but is not a venv; remove it or set SITEGATE_BLE_VENV"
     mkdir -p "$(dirname "$venv")"
     "$syspython" -m venv --system-site-packages "$venv" >/dev/null 2>&1 ||
         { rm -rf "$venv"; die "could not create the venv $venv with $syspython -m venv"; }
