@@ -22,7 +22,6 @@ import bisect
 import collections
 import hashlib
 import json
-import math
 import multiprocessing
 import os
 import shutil
@@ -391,10 +390,6 @@ def run_one(job):
         summary = sim.generate(name, seed, d, config=config)
         with open(stamp_path, "w") as f:
             f.write(stamp)
-        for m in ("nearest", "bermuda"):
-            p = os.path.join(d, f"{m}.jsonl")
-            if os.path.exists(p):
-                os.remove(p)
     else:
         with open(os.path.join(d, "trace.jsonl"), "rb") as f:
             summary = {"adverts": sum(1 for _ in f)}
@@ -437,8 +432,13 @@ def run_one(job):
 
     # baselines (cached next to the trace)
     t2 = time.time()
-    if not all(os.path.exists(os.path.join(d, f"{m}.jsonl")) for m in ("nearest", "bermuda")):
+    bstamp_path = os.path.join(d, "baselines.stamp")
+    bstamp = file_hash(os.path.join(HERE, "evaluate.py"), stamp_path)
+    cached = os.path.exists(bstamp_path) and open(bstamp_path).read() == bstamp
+    if not cached or not all(os.path.exists(os.path.join(d, f"{m}.jsonl")) for m in ("nearest", "bermuda")):
         run_baselines(d, end)
+        with open(bstamp_path, "w") as f:
+            f.write(bstamp)
     out["baselines_s"] = round(time.time() - t2, 2)
     results = {}
     for m in METHODS:

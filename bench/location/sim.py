@@ -310,7 +310,9 @@ class Person:
         self.visitor = visitor
         self.home = home
         self.desk = desk
-        self.traj = Trajectory()
+        self.desk_boundary = False
+        self.traj = Trajectory()  # where the person is
+        self.tag_traj = self.traj  # where the tag advertises from (gaps while switched off)
 
 
 class Planner:
@@ -994,7 +996,6 @@ def run_radio(path, emitters, receivers, rmap, radio, loss_p, rng, start_ms, dur
     rx_silent = [r.silent for r in receivers]
     rx_bad = [(r.bad_starts, r.bad_ends) for r in receivers]
     bisect_right = bisect.bisect_right
-    rx_prefix = [f'{{"t_ms":', f',"receiver":"', '","mac":"', '","rssi":']
     written = 0
     carry = []
     end_s = dur_s

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use btleplug::api::{Central, CentralEvent, CentralState, Manager as _, ScanFilter};
+use btleplug::api::{Central, CentralEvent, CentralState, Manager as _, Peripheral as _, ScanFilter};
 use btleplug::platform::{Adapter, Manager, PeripheralId};
 use futures_util::StreamExt;
 
@@ -153,9 +153,12 @@ async fn round(
             if let Some((id, rssi, t)) = pending.take() {
                 emit(&known, &id, rssi, t, receiver, sink, state);
             }
-            if powered && quiet_since.elapsed() >= settings.watchdog {
+            // Silence: BlueZ may have restarted (its adapter gone, or back without scanning);
+            // a new round finds out. Powered off, the same: the adapter may come back as a new
+            // object whose power-on is never reported on this stream.
+            if quiet_since.elapsed() >= settings.watchdog {
                 let _ = adapter.stop_scan().await;
-                return Ok("no adverts within the watchdog time");
+                return Ok(if powered { "no adverts within the watchdog time" } else { "the adapter stayed off" });
             }
             continue;
         };
@@ -180,7 +183,31 @@ async fn round(
                 );
                 flush_joined(&mut pending, &id, &known, receiver, sink, state);
             }
-            CentralEvent::DeviceDiscovered(id) | CentralEvent::DeviceUpdated(id) => {
+            CentralEvent::DeviceDiscovered(id) => {
+                // A device's first advertisement arrives with its discovery, as properties
+                // rather than events: read them once.
+                if let Some((pid, prssi, pt)) = pending.take() {
+                    emit(&known, &pid, prssi, pt, receiver, sink, state);
+                }
+                let properties = match adapter.peripheral(&id).await {
+                    Ok(p) => p.properties().await.ok().flatten(),
+                    Err(_) => None,
+                };
+                let entry = remember(&mut known, &id);
+                if let Some(p) = properties {
+                    entry.mfg = sorted(p.manufacturer_data.into_iter().collect());
+                    entry.svc = sorted(
+                        p.service_data
+                            .into_iter()
+                            .filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data)))
+                            .collect(),
+                    );
+                    if let Some(rssi) = p.rssi {
+                        emit(&known, &id, rssi, now, receiver, sink, state);
+                    }
+                }
+            }
+            CentralEvent::DeviceUpdated(id) => {
                 remember(&mut known, &id);
             }
             CentralEvent::StateUpdate(s) => {

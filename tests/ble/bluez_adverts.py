@@ -58,8 +58,6 @@ org.bluez.Mock methods (on ``/``):
 * ``GetState(s adapter) -> s``: JSON with powered, discovering, clients, devices, counters.
 """
 
-# SPDX-License-Identifier: MIT OR Apache-2.0
-
 import json
 
 import dbus
@@ -84,7 +82,7 @@ RSSI_THRESHOLD = 8
 DISCOVERY_FILTERS = ["UUIDs", "RSSI", "Pathloss", "Transport", "DuplicateData", "Discoverable", "Pattern"]
 ADAPTER_WRITABLE = {"Powered", "Discoverable", "Pairable", "Alias", "DiscoverableTimeout", "PairableTimeout"}
 
-_settings = {"changed_on_first_sight": False}
+_settings = {"changed_on_first_sight": False, "connection": None}
 
 
 def _error(name, message):
@@ -99,7 +97,7 @@ def _emit(path, interface, member, signature, *args):
     """Send one signal straight on the mock's connection (no per-signal logging)."""
     msg = dbus.lowlevel.SignalMessage(path, interface, member)
     msg.append(*args, signature=signature)
-    mockobject.objects[MAIN_OBJ].connection.send_message(msg)
+    _settings["connection"].send_message(msg)
 
 
 def _properties_changed(path, interface, changed):
@@ -617,6 +615,7 @@ def load(mock, parameters):
     # /org/bluez with AgentManager1 and ProfileManager1, as in the stock template.
     bluez5.load(mock, parameters)
     _settings["changed_on_first_sight"] = bool(parameters.get("changed_on_first_sight", False))
+    _settings["connection"] = mock.connection
     for fn in vars(_MockMethods).values():
         if hasattr(fn, "_dbus_interface"):
             mock.methods.setdefault(fn._dbus_interface, {})[fn.__name__] = (

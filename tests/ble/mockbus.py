@@ -18,8 +18,6 @@ commands. Everything started here is stopped on {"quit": true}, when stdin close
 SIGTERM, SIGINT or SIGHUP; the children also get SIGTERM if this process dies.
 """
 
-# SPDX-License-Identifier: MIT OR Apache-2.0
-
 import argparse
 import ctypes
 import json

@@ -5,6 +5,7 @@ mod access;
 mod activities;
 mod bad_input;
 mod batch;
+mod ble;
 mod cli;
 mod files;
 mod http;
