@@ -276,7 +276,7 @@ pub fn locate(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
         let s = &d.status;
         let location = place(
             &site,
-            s.zone_id,
+            s.position_zone_id,
             Out::map().with("timestamp", Out::text(local_ms(s.position_ms.unwrap_or(0), tz(ctx)))),
         )
         .with("position", Out::text(position_text(s.lat, s.lon)))

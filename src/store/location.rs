@@ -29,6 +29,8 @@ pub struct DeviceStatus {
     /// The zone id (of the site map) it is in now.
     pub zone_id: Option<i64>,
     pub zone_since_ms: Option<i64>,
+    /// The zone of the last location update (kept after the device left).
+    pub position_zone_id: Option<i64>,
     pub lat: Option<f64>,
     pub lon: Option<f64>,
     pub receiver: Option<String>,
@@ -83,7 +85,7 @@ pub struct Visit {
 
 const DEVICE_COLUMNS: &str = "d.id, d.org, d.deviceaddress, d.deviceid, d.label, d.tagtype, d.beacon, d.contact_id, \
      d.created, d.updated, d.last_seen_ms, d.battery_mv, d.battery_ms, d.zone_id, d.zone_since_ms, d.lat, d.lon, \
-     d.receiver, d.rssi, d.position_ms, c.name";
+     d.receiver, d.rssi, d.position_ms, c.name, d.position_zone_id";
 
 fn device_from_row(r: &Row<'_>) -> rusqlite::Result<StoredDevice> {
     let beacon: String = r.get(6)?;
@@ -111,6 +113,7 @@ fn device_from_row(r: &Row<'_>) -> rusqlite::Result<StoredDevice> {
             receiver: r.get(17)?,
             rssi: r.get(18)?,
             position_ms: r.get(19)?,
+            position_zone_id: r.get(21)?,
         },
         contact_name: r.get(20)?,
     })
@@ -285,8 +288,9 @@ impl Store {
                             (device_id, t_ms, zone_id, lat, lon, receiver, rssi),
                         )?;
                         tx.exec(
-                            "UPDATE devices SET lat = ?2, lon = ?3, receiver = ?4, rssi = ?5, position_ms = ?6 WHERE id = ?1",
-                            (device_id, lat, lon, receiver, rssi, t_ms),
+                            "UPDATE devices SET lat = ?2, lon = ?3, receiver = ?4, rssi = ?5, position_ms = ?6,
+                                                position_zone_id = ?7 WHERE id = ?1",
+                            (device_id, lat, lon, receiver, rssi, t_ms, zone_id),
                         )?;
                     }
                 }
@@ -413,7 +417,7 @@ impl Store {
                 n += tx.exec("DELETE FROM visits WHERE device_id = ?1", [id])?;
                 tx.exec(
                     "UPDATE devices SET lat = NULL, lon = NULL, receiver = NULL, rssi = NULL, position_ms = NULL,
-                                        zone_id = NULL, zone_since_ms = NULL WHERE id = ?1",
+                                        position_zone_id = NULL, zone_id = NULL, zone_since_ms = NULL WHERE id = ?1",
                     [id],
                 )?;
             }

@@ -184,6 +184,8 @@ CREATE TABLE devices (
     battery_ms    INTEGER,
     zone_id       INTEGER,                        -- the zone it is in now (NULL: none, away)
     zone_since_ms INTEGER,
+    -- The last location update: where it was last seen, in which zone, from which receiver.
+    position_zone_id INTEGER,
     lat           REAL,
     lon           REAL,
     receiver      TEXT,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 
+use expect_test::expect_file;
 use serde_json::{Value, json};
 
 use crate::location::SITE;
@@ -178,6 +179,39 @@ fn adverts_from_bluez_locate_devices() {
     assert_eq!((t["contactid"].as_i64(), t["count"].as_i64()), (Some(ann), Some(1)), "{v}");
     assert_eq!(t["records"][0]["zoneid"], 21);
     assert!(!t["records"][0]["exit"].as_str().unwrap().is_empty());
+
+    // The shapes of the location API, golden (local times redacted).
+    let local = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d").unwrap();
+    let mut t = Transcript::new();
+    t.step(
+        &c,
+        Req::new("GET", &format!("/locate?searchvalue=Ann%20L&relativedeviceaddress=5/1/22&lastreportedwithin=60"))
+            .json(),
+    );
+    t.step(&c, Req::new("POST", "/report/timebydevice").json().json_body(r#"{"deviceaddress": "5/1/22"}"#));
+    t.step(&c, Req::new("POST", "/report/timebyzone").json().json_body(r#"{"zoneid": 21, "detailed": 1}"#));
+    t.step(&c, Req::new("POST", "/report/timesummary").json().json_body(r#"{"type": 1}"#));
+    t.step(
+        &c,
+        Req::new("POST", "/report/timebyzone").xml_body("<request><range>2026-11-22,2026-11-21</range></request>"),
+    );
+    t.step(&c, Req::new("GET", "/report/lastseen"));
+    t.step(&c, Req::new("GET", "/battery").json());
+    // The quota counts depend on how long the waits above took.
+    let calls = regex::Regex::new(r"Api-Call-Limit: \d+/").unwrap();
+    let text = local.replace_all(&t.text, "[LOCAL]");
+    expect_file!["golden/location.txt"].assert_eq(&calls.replace_all(&text, "Api-Call-Limit: [N]/"));
+
+    // A person's location data: exported, then forgotten.
+    let export = c.get_json(&format!("/contacts/{ann}/locations")).json();
+    assert!(!export["devices"][0]["history"].as_array().unwrap().is_empty(), "{export}");
+    assert_eq!(export["devices"][0]["visits"].as_array().unwrap().len(), 1);
+    let purged = c.delete(&format!("/contacts/{ann}/locations"));
+    assert_eq!(purged.status, 200);
+    let export = c.get_json(&format!("/contacts/{ann}/locations")).json();
+    assert_eq!(export["devices"][0]["history"], json!([]));
+    assert_eq!(export["devices"][0]["visits"], json!([]));
+    assert_eq!(c.get_json("/locate?searchvalue=ann").json()["count"], 0);
 
     // The adapter is switched off and on: scanning starts again by itself.
     bus.ok(json!({"power": false}));

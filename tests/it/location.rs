@@ -218,3 +218,28 @@ fn replay_prints_zone_decisions() {
     assert_eq!(out.status.code(), Some(65));
     assert!(String::from_utf8_lossy(&out.stderr).contains("trace line 2"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn sighup_reloads_the_site_map() {
+    let config = site_config();
+    let s = Service::start_with("sighup_reloads_the_site_map", Options { config: &config, env: vec![] });
+    let c = s.admin_client();
+    c.post_json("/devices", &format!(r#"{{"deviceaddress": "1/1/1", "tagtype": 1, "beacon": "ibeacon:{UUID}/1/1"}}"#))
+        .assert_status(201);
+    let title = |c: &Client| c.get_json("/devices/1").json()["device"]["tagtypetitle"].as_str().unwrap().to_string();
+    assert_eq!(title(&c), "Staff badge");
+    let hup = |s: &Service| {
+        let out = std::process::Command::new("kill").args(["-HUP", &s.pid().to_string()]).output().unwrap();
+        assert!(out.status.success());
+    };
+    // A file that does not load changes nothing, and the service stays up.
+    std::fs::write(&s.config, format!("{config}\n[[zones]]\nid = 21\nname = \"Twice\"\nfloor = 100\n")).unwrap();
+    hup(&s);
+    wait_for("the refusal in the log", || s.stderr().contains("not reloaded").then_some(()));
+    assert_eq!(title(&c), "Staff badge");
+    std::fs::write(&s.config, config.replace("Staff badge", "Employee badge")).unwrap();
+    hup(&s);
+    wait_for("the new tag type title", || (title(&c) == "Employee badge").then_some(()));
+    // Connections and data are untouched.
+    assert_eq!(c.get_json("/devices").json()["count"], 1);
+}
