@@ -185,8 +185,7 @@ fn adverts_from_bluez_locate_devices() {
     let mut t = Transcript::new();
     t.step(
         &c,
-        Req::new("GET", &format!("/locate?searchvalue=Ann%20L&relativedeviceaddress=5/1/22&lastreportedwithin=60"))
-            .json(),
+        Req::new("GET", "/locate?searchvalue=Ann%20L&relativedeviceaddress=5/1/22&lastreportedwithin=60").json(),
     );
     t.step(&c, Req::new("POST", "/report/timebydevice").json().json_body(r#"{"deviceaddress": "5/1/22"}"#));
     t.step(&c, Req::new("POST", "/report/timebyzone").json().json_body(r#"{"zoneid": 21, "detailed": 1}"#));
