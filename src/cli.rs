@@ -160,9 +160,14 @@ pub struct Replay {
     /// the trace to replay (- for standard input)
     #[argh(option)]
     pub trace: PathBuf,
-    /// devices as CSV (deviceaddress,deviceid,label,tagtype,beacon,contactid)
+    /// devices as CSV (deviceaddress,deviceid,label,tagtype,beacon,contactid); default: the
+    /// devices registered in the database
     #[argh(option)]
     pub devices: Option<PathBuf>,
+    /// write the decisions, visits and history into the database (with its devices; the
+    /// service must be stopped) instead of printing them
+    #[argh(switch)]
+    pub store: bool,
 }
 
 #[derive(FromArgs, Debug)]

@@ -211,32 +211,61 @@ fn run(command: Command) -> Result<(), Failure> {
 fn run_replay(r: cli::Replay) -> Result<(), Failure> {
     let config = load(r.config.as_deref())?;
     init_logging(log::LevelFilter::Warn);
-    let Some(devices_path) = r.devices else {
-        return Err(Failure::Usage("give the devices with --devices FILE.csv".into()));
+    let open_trace = |path: &std::path::Path| -> Result<Box<dyn std::io::BufRead>, Failure> {
+        if path.as_os_str() == "-" {
+            return Ok(Box::new(std::io::stdin().lock()));
+        }
+        let file =
+            std::fs::File::open(path).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
+        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)))
     };
-    let file = std::fs::File::open(&devices_path)
-        .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", devices_path.display())))?;
-    let devices =
-        location::devices::read_csv(file).map_err(|e| Failure::Data(format!("{}: {e}", devices_path.display())))?;
-    let registry = location::devices::Registry::new((0..).zip(devices).collect());
+    let trace_error = |e: std::io::Error| Failure::Data(format!("{}: {e}", r.trace.display()));
+    let (registry, store) = match &r.devices {
+        Some(path) => {
+            if r.store {
+                return Err(Failure::Usage("--store uses the database's devices: leave out --devices".into()));
+            }
+            let file = std::fs::File::open(path)
+                .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
+            let devices =
+                location::devices::read_csv(file).map_err(|e| Failure::Data(format!("{}: {e}", path.display())))?;
+            (location::devices::Registry::new((0..).zip(devices).collect()), None)
+        }
+        None => {
+            let store = service::open_store(&config)?;
+            let devices = store.devices(None)?.into_iter().map(|d| (d.id, d.device)).collect();
+            (location::devices::Registry::new(devices), Some(store))
+        }
+    };
     let mut pipeline =
         location::replay::Pipeline::new(config.site_map.clone(), registry, config.location.engine.clone());
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let result = if r.trace.as_os_str() == "-" {
-        location::replay::replay(std::io::stdin().lock(), &mut pipeline, &mut out)
+    let started = std::time::Instant::now();
+    if r.store {
+        let _lock = service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
+            service::ServeError::AlreadyRunning(_) => {
+                Failure::Usage("the service is running on this database: stop it before replaying into it".into())
+            }
+            other => Failure::Serve(other),
+        })?;
+        let store = store.ok_or_else(|| Failure::Usage("no database".into()))?;
+        let decisions =
+            location::replay::replay_into_store(open_trace(&r.trace)?, &mut pipeline, &store).map_err(trace_error)?;
+        eprintln!("sitegate: wrote {decisions} zone decisions into {}", config.store.path.display());
     } else {
-        let file = std::fs::File::open(&r.trace)
-            .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", r.trace.display())))?;
-        location::replay::replay(std::io::BufReader::with_capacity(1 << 20, file), &mut pipeline, &mut out)
-    };
-    result
-        .and_then(|()| std::io::Write::flush(&mut out))
-        .map_err(|e| Failure::Data(format!("{}: {e}", r.trace.display())))?;
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        location::replay::replay(open_trace(&r.trace)?, &mut pipeline, &mut out)
+            .and_then(|()| std::io::Write::flush(&mut out))
+            .map_err(trace_error)?;
+    }
     let c = pipeline.counts;
+    let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "sitegate: replayed {} adverts ({} from receivers not in the site map, {} from unregistered devices)",
-        c.adverts, c.unknown_receiver, c.unknown_device
+        "sitegate: replayed {} adverts in {secs:.2} s ({:.0}/s; {} from receivers not in the site map, {} from unregistered devices)",
+        c.adverts,
+        c.adverts as f64 / secs.max(1e-9),
+        c.unknown_receiver,
+        c.unknown_device
     );
     Ok(())
 }

@@ -88,6 +88,45 @@ pub fn replay(input: impl BufRead, pipeline: &mut Pipeline, out: &mut impl Write
     Ok(())
 }
 
+/// Runs a trace and writes what the engine decides into the store, batched as the service
+/// does (one transaction per second of trace time).
+pub fn replay_into_store(input: impl BufRead, pipeline: &mut Pipeline, store: &crate::store::Store) -> io::Result<u64> {
+    use super::service::Pending;
+    let fail = |e: crate::store::StoreError| io::Error::other(e.to_string());
+    let mut reader = TraceReader::new(input);
+    let mut outputs = Vec::new();
+    let mut pending = Pending::default();
+    let mut last_t = None;
+    let mut next_flush = None;
+    let mut decisions = 0u64;
+    while let Some(advert) = reader.next_advert()? {
+        if let Some(heard) = pipeline.advert(&advert, &mut outputs)
+            && let Some(key) = pipeline.registry.key(heard.device)
+        {
+            pending.seen.insert(key, advert.t_ms);
+            if let Some(mv) = heard.battery_mv {
+                pending.battery.insert(key, (advert.t_ms, Some(mv)));
+            }
+        }
+        decisions += outputs.iter().filter(|o| !matches!(o, Output::Update(_))).count() as u64;
+        pending.outputs(pipeline, &mut outputs);
+        last_t = Some(advert.t_ms);
+        let due = *next_flush.get_or_insert(advert.t_ms);
+        if advert.t_ms >= due {
+            store.write_location_batch(&pending.take()).map_err(fail)?;
+            next_flush = Some(advert.t_ms + crate::limits::LOCATION_FLUSH_MS as i64);
+        }
+    }
+    if let Some(t) = last_t {
+        let away = pipeline.engine.settings().away_timeout_ms as i64;
+        pipeline.tick_until(t + away, &mut outputs);
+        decisions += outputs.iter().filter(|o| !matches!(o, Output::Update(_))).count() as u64;
+        pending.outputs(pipeline, &mut outputs);
+    }
+    store.write_location_batch(&pending.take()).map_err(fail)?;
+    Ok(decisions)
+}
+
 fn write_decisions(pipeline: &Pipeline, outputs: &mut Vec<Output>, out: &mut impl Write) -> io::Result<()> {
     for o in outputs.drain(..) {
         let (t_ms, device, zone, event) = match o {

@@ -90,14 +90,15 @@ fn load_registry(store: &Store) -> Vec<(i64, super::devices::Device)> {
 
 /// What the engine said since the last write, ready for the store.
 #[derive(Default)]
-struct Pending {
+pub struct Pending {
     events: Vec<LocationEvent>,
-    seen: HashMap<i64, i64>,
-    battery: HashMap<i64, (i64, Option<u16>)>,
+    pub seen: HashMap<i64, i64>,
+    pub battery: HashMap<i64, (i64, Option<u16>)>,
 }
 
 impl Pending {
-    fn outputs(&mut self, pipeline: &Pipeline, outputs: &mut Vec<Output>) {
+    /// Takes the engine's outputs (decisions, updates) as store events.
+    pub fn outputs(&mut self, pipeline: &Pipeline, outputs: &mut Vec<Output>) {
         for o in outputs.drain(..) {
             let zone_id = |z: usize| pipeline.site.zones[z].id;
             let key = |d: usize| pipeline.registry.key(d);
@@ -126,7 +127,8 @@ impl Pending {
         }
     }
 
-    fn take(&mut self) -> LocationBatch {
+    /// Everything pending as one batch for the store.
+    pub fn take(&mut self) -> LocationBatch {
         let mut events = std::mem::take(&mut self.events);
         events.extend(self.seen.drain().map(|(device_id, t_ms)| LocationEvent::Seen { device_id, t_ms }));
         events.extend(self.battery.drain().map(|(device_id, (t_ms, mv))| LocationEvent::Battery {

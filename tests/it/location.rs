@@ -203,10 +203,8 @@ fn replay_prints_zone_decisions() {
     // Away: its last reading (59.501 s, by rx-b) plus the 30 s away timeout.
     assert_eq!(t(3), 59_501 + 30_000);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("replayed 600 adverts (120 from receivers not in the site map, 240 from unregistered devices)"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("replayed 600 adverts in "), "{stderr}");
+    assert!(stderr.contains("120 from receivers not in the site map, 240 from unregistered devices"), "{stderr}");
 
     // A malformed trace names its line; exit status 65.
     std::fs::write(dir.join("bad.jsonl"), format!("{}\n{{\"t_ms\": 1}}\n", lines[0])).unwrap();
@@ -242,4 +240,63 @@ fn sighup_reloads_the_site_map() {
     wait_for("the new tag type title", || (title(&c) == "Employee badge").then_some(()));
     // Connections and data are untouched.
     assert_eq!(c.get_json("/devices").json()["count"], 1);
+}
+
+#[test]
+fn replay_into_the_database() {
+    let dir = test_dir("replay_into_the_database");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, site_config()).unwrap();
+    let out = cli_with_config(
+        &config,
+        &["device", "add", "--address", "5/1/22", "--beacon", &format!("ibeacon:{UUID}/5/22")],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t0 = 1_763_700_000_000i64; // 2025-11-21 04:40:00 UTC
+    let mut lines = Vec::new();
+    for i in 0..240 {
+        let t = t0 + i * 500;
+        let (a, b) = if i < 120 { (-60, -80) } else { (-82, -61) };
+        lines.push(advert(t, "rx-a", 22, a));
+        lines.push(advert(t + 1, "rx-b", 22, b));
+    }
+    std::fs::write(dir.join("trace.jsonl"), lines.join("\n") + "\n").unwrap();
+    let trace = dir.join("trace.jsonl");
+    let out = cli_with_config(&config, &["replay", "--trace", trace.to_str().unwrap(), "--store"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("wrote 4 zone decisions"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The service then answers from what the replay stored.
+    let out = cli_with_config(
+        &config,
+        &["user", "add", "--email", "op@example.com", "--name", "Op", "--admin", "--org", "acme"],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let account =
+        Account { email: "op@example.com".into(), token: String::from_utf8_lossy(&out.stdout).trim().to_string() };
+    let s = Service::launch(dir.clone(), config.clone(), &[]);
+    let c = s.client(&account);
+    let v =
+        c.post_json("/report/timebydevice", r#"{"deviceaddress": "5/1/22", "range": "2025-11-21,2025-11-21"}"#).json();
+    let minutes: Vec<(i64, i64)> = v["timebydevice"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["zoneid"].as_i64().unwrap(),
+                r["minutesinzone"].as_object().unwrap().values().next().unwrap().as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // Kitchen 0 to ~62 s; office to the last reading (119.5 s) plus the away timeout (30 s).
+    assert_eq!(minutes, [(21, 1), (22, 1)], "{v}");
+    let located = c.get_json("/locate").json();
+    assert_eq!(located["records"][0]["location"]["zoneid"], 22, "{located}");
+    // Not while the service runs on the database.
+    let out = cli_with_config(&config, &["replay", "--trace", trace.to_str().unwrap(), "--store"]);
+    assert_eq!(out.status.code(), Some(64));
 }
