@@ -171,9 +171,10 @@ pub const STORE_VIEWED_FLUSH_INTERVAL_MS: u64 = 1_000;
 pub const TOKEN_BYTES: usize = 32;
 
 /// Location: defaults of `[location]` (see config.toml for their meaning).
-pub const LOCATION_WINDOW_MS_DEFAULT: u64 = 5_000;
+pub const LOCATION_WINDOW_MS_DEFAULT: u64 = 8_000;
+pub const LOCATION_SMOOTHING_MS_DEFAULT: u64 = 1_500;
 pub const LOCATION_STALE_MS_DEFAULT: u64 = 10_000;
-pub const LOCATION_HYSTERESIS_DB_DEFAULT: f64 = 4.0;
+pub const LOCATION_HYSTERESIS_DB_DEFAULT: f64 = 6.0;
 pub const LOCATION_DWELL_DB_S_DEFAULT: f64 = 12.0;
 pub const LOCATION_AWAY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const LOCATION_UPDATE_INTERVAL_MS_DEFAULT: u64 = 60_000;

@@ -46,6 +46,10 @@ LATE_MS = 10_000
 
 # ---------------------------------------------------------------- inputs
 
+# [location] settings given with --engine, written into the engine's copy of site.toml.
+ENGINE_SETTINGS = []
+
+
 def read_site(path):
     with open(path, "rb") as f:
         site = tomllib.load(f)
@@ -405,7 +409,16 @@ def run_one(job):
     # engine
     eng = {"ok": False}
     if binary and os.path.exists(binary):
-        cmd = [binary, "replay", "--trace", os.path.join(d, "trace.jsonl"), "--config", os.path.join(d, "site.toml"),
+        site = os.path.join(d, "site.toml")
+        if ENGINE_SETTINGS:
+            # The engine's [location] settings under test, in a copy of the site map.
+            with open(site) as f:
+                text = f.read()
+            lines = "".join(f"{k} = {v}\n" for k, v in ENGINE_SETTINGS)
+            site = os.path.join(d, "engine-site.toml")
+            with open(site, "w") as f:
+                f.write(text.replace("[location]\n", "[location]\n" + lines, 1))
+        cmd = [binary, "replay", "--trace", os.path.join(d, "trace.jsonl"), "--config", site,
                "--devices", os.path.join(d, "devices.csv")]
         t1 = time.time()
         try:
@@ -490,7 +503,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="traces in parallel (default: CPUs)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per replay")
     ap.add_argument("--scenarios-file", help="scenarios.json to use instead of the one next to this script")
+    ap.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                    help="a [location] setting for the engine (repeatable), e.g. --engine hysteresis_db=3")
     args = ap.parse_args()
+    for setting in args.engine:
+        key, _, value = setting.partition("=")
+        if not key or not value:
+            ap.error(f"--engine {setting!r}: give KEY=VALUE")
+        ENGINE_SETTINGS.append((key.strip(), value.strip()))
 
     config = sim.load_config(args.scenarios_file)
     if args.scenarios:

@@ -3,9 +3,10 @@
 //! [`Engine::tick`] say, so a trace replays exactly as it ran.
 //!
 //! Per device and receiver the engine keeps the readings of the last `window_ms`, corrected by
-//! the receiver's calibration offset, and estimates the signal as their mean power (the mean
-//! in milliwatts, back in dBm: fast fading averages out in the power domain, not in dB). A
-//! zone's signal is its strongest receiver's. Only receivers heard within `stale_ms` count.
+//! the receiver's calibration offset, and estimates the signal as their mean in dBm, weighted
+//! by age with the time constant `smoothing_ms` (recent readings count most; on simulated
+//! traces this beat the plain mean in dB or in milliwatts and the maximum, see BENCHMARKS.md).
+//! A zone's signal is its strongest receiver's. Only receivers heard within `stale_ms` count.
 //!
 //! Decision: a device stays in its zone until a challenger zone builds up enough evidence: the
 //! challenger's lead over the current zone, less `hysteresis_db`, integrated over time (a CUSUM
@@ -161,15 +162,17 @@ impl Engine {
             return None;
         }
         let from = t_ms - self.settings.window_ms as i64;
-        let (mut sum_mw, mut n) = (0.0f64, 0u32);
+        let tau = self.settings.smoothing_ms.max(1) as f64;
+        let (mut sum, mut weights) = (0.0f64, 0.0f64);
         for (t, dbm) in link.readings.iter().rev() {
             if *t <= from {
                 break;
             }
-            sum_mw += 10f64.powf(f64::from(*dbm) / 10.0);
-            n += 1;
+            let w = (-((t_ms - t) as f64) / tau).exp();
+            sum += f64::from(*dbm) * w;
+            weights += w;
         }
-        (n > 0).then(|| 10.0 * (sum_mw / f64::from(n)).log10())
+        (weights > 0.0).then(|| sum / weights)
     }
 
     /// Whether a receiver has heard any device within the window.

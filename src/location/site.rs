@@ -15,6 +15,7 @@ pub struct RawLocation {
     pub adapter: Option<String>,
     pub scan_watchdog_s: Option<u64>,
     pub window_ms: Option<u64>,
+    pub smoothing_ms: Option<u64>,
     pub stale_ms: Option<u64>,
     pub hysteresis_db: Option<f64>,
     pub dwell_db_s: Option<f64>,
@@ -85,6 +86,8 @@ pub enum Scan {
 pub struct EngineSettings {
     /// Readings older than this no longer count towards a receiver's signal.
     pub window_ms: u64,
+    /// Time constant of the age weighting of readings within the window.
+    pub smoothing_ms: u64,
     /// A receiver whose newest reading is older than this cannot make its zone win.
     pub stale_ms: u64,
     /// A challenger zone must be this much stronger (dB) than the current one to gain ground.
@@ -101,6 +104,7 @@ impl Default for EngineSettings {
     fn default() -> Self {
         EngineSettings {
             window_ms: limits::LOCATION_WINDOW_MS_DEFAULT,
+            smoothing_ms: limits::LOCATION_SMOOTHING_MS_DEFAULT,
             stale_ms: limits::LOCATION_STALE_MS_DEFAULT,
             hysteresis_db: limits::LOCATION_HYSTERESIS_DB_DEFAULT,
             dwell_db_s: limits::LOCATION_DWELL_DB_S_DEFAULT,
@@ -132,6 +136,7 @@ impl LocationConfig {
             adapter: Some(self.adapter.clone()),
             scan_watchdog_s: Some(self.scan_watchdog_s),
             window_ms: Some(e.window_ms),
+            smoothing_ms: Some(e.smoothing_ms),
             stale_ms: Some(e.stale_ms),
             hysteresis_db: Some(e.hysteresis_db),
             dwell_db_s: Some(e.dwell_db_s),
@@ -353,6 +358,13 @@ pub fn resolve_location(raw: &RawLocation) -> Result<LocationConfig, ConfigError
     };
     let engine = EngineSettings {
         window_ms: bounded("location.window_ms", raw.window_ms, limits::LOCATION_WINDOW_MS_DEFAULT, 500, 120_000)?,
+        smoothing_ms: bounded(
+            "location.smoothing_ms",
+            raw.smoothing_ms,
+            limits::LOCATION_SMOOTHING_MS_DEFAULT,
+            100,
+            60_000,
+        )?,
         stale_ms: bounded("location.stale_ms", raw.stale_ms, limits::LOCATION_STALE_MS_DEFAULT, 500, 600_000)?,
         hysteresis_db: float(
             "location.hysteresis_db",
