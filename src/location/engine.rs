@@ -10,7 +10,8 @@
 //!
 //! Decision: a device stays in its zone until a challenger zone builds up enough evidence: the
 //! challenger's lead over the current zone, less `hysteresis_db`, integrated over time (a CUSUM
-//! that never goes below zero) must reach `dwell_db_s`. A clear lead wins fast, a marginal one
+//! that never goes below zero) must reach `dwell_db_s`, more for a device settled in its zone
+//! (up to three times after two minutes). A clear lead wins fast, a marginal one
 //! slowly, noise around the boundary never. When the current zone's receivers are all silent
 //! (no reading from any device: the receiver, not the tag, is gone), the device is held where
 //! it is. No reading from the device for `away_timeout_ms`: it has left (exit, no zone).
@@ -48,6 +49,10 @@ const LEAD_CAP_DB: f64 = 25.0;
 /// When the current zone's receivers are all silent, the device is taken to be this much
 /// weaker there than when last heard: a challenger must be clearly stronger to win.
 const DARK_PENALTY_DB: f64 = 6.0;
+/// The evidence a challenger needs grows with the time the device has been in its zone: by
+/// `dwell_db_s` per minute, up to this many times `dwell_db_s`. People settled in a room stay
+/// more often than not; a passing fluctuation should not take them out of it.
+const SETTLED_FACTOR_MAX: f64 = 3.0;
 /// Evidence is integrated over at most this much time between two evaluations.
 const STEP_CAP_MS: i64 = 2_000;
 
@@ -68,6 +73,7 @@ struct DeviceState {
     last_update_ms: Option<i64>,
     /// The current zone's signal when it was last heard (for when its receivers go silent).
     zone_last_signal: Option<f64>,
+    zone_since_ms: i64,
 }
 
 pub struct Engine {
@@ -208,6 +214,7 @@ impl Engine {
                 if let Some((zone, signal)) = best {
                     let state = &mut self.devices[device];
                     state.zone = Some(zone);
+                    state.zone_since_ms = t_ms;
                     state.zone_last_signal = Some(signal);
                     state.challenger = None;
                     state.evidence = 0.0;
@@ -246,7 +253,11 @@ impl Engine {
                             None => LEAD_CAP_DB,
                         };
                         state.evidence = (state.evidence + (lead - settings.hysteresis_db) * step_s).max(0.0);
-                        if state.evidence >= settings.dwell_db_s {
+                        // A device settled in its zone needs more to be pulled out of it.
+                        let stay_min = (t_ms - state.zone_since_ms) as f64 / 60_000.0;
+                        let need = settings.dwell_db_s * (1.0 + stay_min).min(SETTLED_FACTOR_MAX);
+                        if state.evidence >= need {
+                            state.zone_since_ms = t_ms;
                             state.zone = Some(other);
                             state.zone_last_signal = Some(signal);
                             state.challenger = None;
