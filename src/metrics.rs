@@ -46,6 +46,10 @@ pub struct Metrics {
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_pending: Gauge<i64, AtomicI64>,
     pub webhook_failed: Gauge<i64, AtomicI64>,
+    pub ble_scanning: Gauge<i64, AtomicI64>,
+    pub ble_adverts: Gauge<i64, AtomicI64>,
+    pub ble_dropped: Gauge<i64, AtomicI64>,
+    pub ble_rounds: Gauge<i64, AtomicI64>,
 }
 
 /// Request latency buckets, seconds: 0.25 ms to ~4 s.
@@ -104,6 +108,18 @@ impl Metrics {
         );
         let webhook_pending = Gauge::<i64, AtomicI64>::default();
         registry.register("webhook_pending", "Webhook deliveries waiting to be sent", webhook_pending.clone());
+        let ble_scanning = Gauge::<i64, AtomicI64>::default();
+        registry.register("ble_scanning", "1 while the BLE adapter is scanning", ble_scanning.clone());
+        let ble_adverts = Gauge::<i64, AtomicI64>::default();
+        registry.register("ble_adverts", "BLE adverts received since start", ble_adverts.clone());
+        let ble_dropped = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "ble_adverts_dropped",
+            "BLE adverts dropped since start (engine queue full)",
+            ble_dropped.clone(),
+        );
+        let ble_rounds = Gauge::<i64, AtomicI64>::default();
+        registry.register("ble_scan_rounds", "BLE scan rounds started (1 + restarts)", ble_rounds.clone());
         let webhook_failed = Gauge::<i64, AtomicI64>::default();
         registry.register("webhook_failed", "Webhook deliveries that failed for good (kept)", webhook_failed.clone());
         Metrics {
@@ -111,6 +127,10 @@ impl Metrics {
             webhook_attempts,
             webhook_pending,
             webhook_failed,
+            ble_scanning,
+            ble_adverts,
+            ble_dropped,
+            ble_rounds,
             started: Instant::now(),
             requests,
             request_seconds,

@@ -172,6 +172,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let location = crate::location::service::LocationService::start(
         Arc::clone(&store),
         Arc::clone(&app.site),
+        Arc::clone(&app.scan),
         config.location.retention_days,
     )
     .map_err(|e| ServeError::Io(format!("cannot start the location engine: {e}")))?;

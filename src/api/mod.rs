@@ -47,6 +47,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// The site map and location settings in force (replaced on SIGHUP).
     pub site: crate::location::service::SiteHandle,
+    /// How the live BLE source is doing (shared with it).
+    pub scan: Arc<crate::location::ble::ScanState>,
 }
 
 /// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
@@ -191,7 +193,8 @@ impl App {
         let quota = Quota::new(config.api.quota_calls_per_hour, hour, saved);
         let fault_injection = std::env::var("SITEGATE_FAULT_INJECTION").is_ok_and(|v| v == "1");
         let site = crate::location::service::site_handle(Arc::clone(&config.site_map), config.location.engine.clone());
-        Ok(App { config, store, quota, fault_injection, metrics, site })
+        let scan = Arc::new(crate::location::ble::ScanState::default());
+        Ok(App { config, store, quota, fault_injection, metrics, site, scan })
     }
 
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
@@ -269,11 +272,38 @@ impl App {
                             .with("pending", Out::Int(pending))
                             .with("failed", Out::Int(failed))
                             .with("paused", Out::Int(paused)),
-                    );
+                    )
+                    .with("location", self.scan_out());
                 render_reply(format, Reply::ok(doc), quota)
             }
             Err(e) => render_error(format, ApiError::unavailable(&e.to_string()), quota),
         }
+    }
+
+    /// The live BLE source's state for /health.
+    fn scan_out(&self) -> Out {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.scan;
+        let last = s.last_advert_ms.load(Relaxed);
+        Out::map()
+            .with(
+                "scan",
+                Out::text(match self.config.location.scan {
+                    crate::location::site::Scan::Off => "off",
+                    _ if s.scanning.load(Relaxed) => "scanning",
+                    _ => "waiting",
+                }),
+            )
+            .with("adverts", Out::Int(i64::try_from(s.adverts.load(Relaxed)).unwrap_or(i64::MAX)))
+            .with("dropped", Out::Int(i64::try_from(s.dropped.load(Relaxed)).unwrap_or(i64::MAX)))
+            .with(
+                "lastadvert",
+                Out::text(if last == 0 {
+                    String::new()
+                } else {
+                    crate::timefmt::local_ms(i64::try_from(last).unwrap_or(0), &self.config.site.timezone)
+                }),
+            )
     }
 
     /// `GET /metrics`: the Prometheus text exposition; with `[http] metrics_token` set, only
@@ -302,6 +332,14 @@ impl App {
             return render_error(&Format::Xml, ApiError::method_not_allowed(&["GET"]), quota);
         }
         self.metrics.database_bytes.set(i64::try_from(self.store.size_bytes()).unwrap_or(i64::MAX));
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let s = &self.scan;
+            self.metrics.ble_scanning.set(i64::from(s.scanning.load(Relaxed)));
+            self.metrics.ble_adverts.set(i64::try_from(s.adverts.load(Relaxed)).unwrap_or(i64::MAX));
+            self.metrics.ble_dropped.set(i64::try_from(s.dropped.load(Relaxed)).unwrap_or(i64::MAX));
+            self.metrics.ble_rounds.set(i64::try_from(s.rounds.load(Relaxed)).unwrap_or(i64::MAX));
+        }
         self.metrics.viewed_dropped.set(i64::try_from(self.store.viewed_dropped()).unwrap_or(i64::MAX));
         Response {
             status: 200,

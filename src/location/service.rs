@@ -45,7 +45,12 @@ pub struct LocationService {
 }
 
 impl LocationService {
-    pub fn start(store: Arc<Store>, site: SiteHandle, retention_days: u64) -> std::io::Result<LocationService> {
+    pub fn start(
+        store: Arc<Store>,
+        site: SiteHandle,
+        scan: Arc<ScanState>,
+        retention_days: u64,
+    ) -> std::io::Result<LocationService> {
         let (tx, rx) = crossbeam_channel::bounded(limits::LOCATION_ADVERT_QUEUE_MAX);
         let stop = Arc::new(AtomicBool::new(false));
         let reload = Arc::new(AtomicBool::new(false));
@@ -55,7 +60,7 @@ impl LocationService {
                 .name("location".into())
                 .spawn(move || run(&store, &site, retention_days, &rx, &stop, &reload))?
         };
-        Ok(LocationService { adverts: tx, scan: Arc::new(ScanState::default()), stop, reload, thread })
+        Ok(LocationService { adverts: tx, scan, stop, reload, thread })
     }
 
     /// The site map changed (SIGHUP): zone state starts over with the new map.

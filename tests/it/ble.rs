@@ -163,6 +163,11 @@ fn adverts_from_bluez_locate_devices() {
         c.get_json(&format!("/locate?searchvalue={ann}&historyminutes=10")).json()["records"][0]["history"][0]["zoneid"],
         21
     );
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(health["location"]["scan"], "scanning", "{health}");
+    assert!(health["location"]["adverts"].as_i64().unwrap() >= 3, "{health}");
+    let metrics = s.anonymous().get("/metrics").body;
+    assert!(metrics.contains("sitegate_ble_scanning 1"), "{metrics}");
     let seen = c.get_json("/lastseen").json();
     assert_eq!(seen["lastseen"]["count"], 2);
     assert!(
