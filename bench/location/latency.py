@@ -6,7 +6,7 @@
     python3 bench/location/latency.py [--bin target/release/sitegate] [--adverts 200]
 
 Registers one tag, starts the service against the mock's private bus, then sends adverts one
-at a time (every 250 ms) and polls the database read-only every 2 ms for the device's
+at a time (at random pauses of 50 ms to 1 s) and polls the database read-only every 2 ms for the device's
 `last_seen_ms`. Reports, per advert: send -> arrival (the service stamps each advert on
 arrival from D-Bus: the bus, btleplug and the event join) and arrival -> stored (the engine's
 queue and its batched write, once a second), p50/p99/max. Python standard library only.
@@ -15,6 +15,7 @@ queue and its batched write, once a second), p50/p99/max. Python standard librar
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import sqlite3
@@ -108,7 +109,8 @@ def main():
                         to_stored.append(stored - row[0])
                     break
                 time.sleep(0.002)
-            time.sleep(0.25)
+            # A random pause, so that adverts fall at every point of the engine's write cycle.
+            time.sleep(random.uniform(0.05, 1.0))
         print(f"{len(to_arrival)} adverts; milliseconds p50 / p99 / max")
         for name, values in (("send -> arrival (D-Bus, btleplug, join)", to_arrival),
                              ("arrival -> stored (queue, engine, batched write)", to_stored),
