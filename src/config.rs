@@ -649,7 +649,12 @@ impl Config {
                 .site_map
                 .zones
                 .iter()
-                .map(|z| RawZone { id: z.id, name: z.name.clone(), floor: self.site_map.floors[z.floor].id })
+                .map(|z| RawZone {
+                    id: z.id,
+                    name: z.name.clone(),
+                    floor: self.site_map.floors[z.floor].id,
+                    transit: z.transit,
+                })
                 .collect(),
             receivers: self
                 .site_map

@@ -1119,7 +1119,8 @@ def write_site(path, config, name, seed, layout, receivers):
     for fl in layout.floors:
         L.append(f"[[floors]]\nid = {fl['id']}\nlabel = \"{fl['label']}\"\nlevel = {fl['level']}\nbuilding = 1\n")
     for s in sorted((s for s in layout.spaces if s.zone is not None), key=lambda s: s.zone):
-        L.append(f"[[zones]]\nid = {s.zone}\nname = \"{s.name}\"\nfloor = {s.floor}\n")
+        transit = "transit = true\n" if s.name in layout.corridors else ""
+        L.append(f"[[zones]]\nid = {s.zone}\nname = \"{s.name}\"\nfloor = {s.floor}\n{transit}")
     for r in receivers:
         L.append(f"[[receivers]]\nid = \"{r.id}\"\nzone = {r.zone}\nposition = \"{latlon(config, r.x, r.y)}\"\n"
                  f"rssi_offset_db = {r.written_offset}\n")

@@ -11,7 +11,9 @@
 //! Decision: a device stays in its zone until a challenger zone builds up enough evidence: the
 //! challenger's lead over the current zone, less `hysteresis_db`, integrated over time (a CUSUM
 //! that never goes below zero) must reach `dwell_db_s`, more for a device settled in its zone
-//! (up to three times after two minutes). A clear lead wins fast, a marginal one
+//! (up to three times after two minutes; not in transit zones). Zones marked `transit`
+//! (corridors, halls, stairs) are where people pass: leaving one for a room needs no
+//! hysteresis, entering one from a room twice the hysteresis. A clear lead wins fast, a marginal one
 //! slowly, noise around the boundary never. When the current zone's receivers are all silent
 //! (no reading from any device: the receiver, not the tag, is gone), the device is held where
 //! it is. No reading from the device for `away_timeout_ms`: it has left (exit, no zone).
@@ -82,6 +84,7 @@ pub struct Engine {
     receiver_offset: Vec<f64>,
     receiver_position: Vec<(f64, f64)>,
     zone_receivers: Vec<Vec<usize>>,
+    zone_transit: Vec<bool>,
     /// The newest reading of any device, per receiver: is the receiver alive?
     receiver_last_ms: Vec<Option<i64>>,
     devices: Vec<DeviceState>,
@@ -97,6 +100,7 @@ impl Engine {
             receiver_offset: site.receivers.iter().map(|r| r.rssi_offset_db).collect(),
             receiver_position: site.receivers.iter().map(|r| (r.lat, r.lon)).collect(),
             zone_receivers: site.zones.iter().map(|z| z.receivers.clone()).collect(),
+            zone_transit: site.zones.iter().map(|z| z.transit).collect(),
             receiver_last_ms: vec![None; site.receivers.len()],
             devices: Vec::new(),
             zone_signal: vec![None; site.zones.len()],
@@ -252,10 +256,23 @@ impl Engine {
                             Some(c) => (signal - c).min(LEAD_CAP_DB),
                             None => LEAD_CAP_DB,
                         };
-                        state.evidence = (state.evidence + (lead - settings.hysteresis_db) * step_s).max(0.0);
+                        // People pass through transit zones (corridors) and stay in rooms: out
+                        // of a corridor into a room needs no hysteresis, into a corridor twice.
+                        let from_transit = self.zone_transit[zone];
+                        let to_transit = self.zone_transit[other];
+                        let threshold = match (from_transit, to_transit) {
+                            (true, false) => 0.0,
+                            (false, true) => 2.0 * settings.hysteresis_db,
+                            _ => settings.hysteresis_db,
+                        };
+                        state.evidence = (state.evidence + (lead - threshold) * step_s).max(0.0);
                         // A device settled in its zone needs more to be pulled out of it.
                         let stay_min = (t_ms - state.zone_since_ms) as f64 / 60_000.0;
-                        let need = settings.dwell_db_s * (1.0 + stay_min).min(SETTLED_FACTOR_MAX);
+                        let need = if from_transit {
+                            settings.dwell_db_s
+                        } else {
+                            settings.dwell_db_s * (1.0 + stay_min).min(SETTLED_FACTOR_MAX)
+                        };
                         if state.evidence >= need {
                             state.zone_since_ms = t_ms;
                             state.zone = Some(other);
@@ -322,7 +339,7 @@ mod tests {
 
     /// Two zones (1 and 2) with a receiver each, "a" and "b"; a third zone with "c".
     fn site() -> Site {
-        let zone = |id: i64| RawZone { id, name: format!("Z{id}"), floor: 1 };
+        let zone = |id: i64| RawZone { id, name: format!("Z{id}"), floor: 1, transit: false };
         let rx = |id: &str, zone: i64| RawReceiver {
             id: id.into(),
             zone,
@@ -380,6 +397,27 @@ mod tests {
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!((d[0].1, d[0].2, d[1].1, d[1].2), ("exit", 0, "enter", 1));
         assert!(d[0].0 > 70_000 && d[0].0 <= 80_000, "{d:?}");
+    }
+
+    #[test]
+    fn people_leave_corridors_for_rooms_easily_and_rooms_for_corridors_hardly() {
+        let mut site = site();
+        site.zones[0].transit = true; // zone 1, receiver "a": a corridor
+        let mut e = Engine::new(&site, EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 5_000, [-60, -80, -127]);
+        // The room is a little stronger than the corridor: out of the corridor within seconds.
+        feed(&mut e, &mut out, 5_000, 20_000, [-66, -63, -127]);
+        assert_eq!(
+            decisions(&out).iter().map(|d| (d.1, d.2)).collect::<Vec<_>>(),
+            [("enter", 0), ("exit", 0), ("enter", 1)]
+        );
+        // Back into the corridor only with a lead of more than twice the hysteresis.
+        out.clear();
+        feed(&mut e, &mut out, 20_000, 80_000, [-56, -66, -127]);
+        assert!(decisions(&out).is_empty(), "{out:?}");
+        feed(&mut e, &mut out, 80_000, 100_000, [-50, -70, -127]);
+        assert_eq!(decisions(&out).iter().map(|d| (d.1, d.2)).collect::<Vec<_>>(), [("exit", 1), ("enter", 0)]);
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub struct RawZone {
     pub id: i64,
     pub name: String,
     pub floor: i64,
+    /// A corridor, hall or stairway: people pass through rather than stay.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transit: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -173,6 +176,7 @@ pub struct Zone {
     pub id: i64,
     pub name: String,
     pub floor: usize,
+    pub transit: bool,
     /// Indexes of the receivers in this zone.
     pub receivers: Vec<usize>,
 }
@@ -279,7 +283,7 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
             .position(|f| f.id == z.floor)
             .ok_or_else(|| err(format!("zones[{i}].floor"), "is not the id of a [[floors]] entry"))?;
         site.zone_by_id.insert(z.id, site.zones.len());
-        site.zones.push(Zone { id: z.id, name: z.name.clone(), floor, receivers: Vec::new() });
+        site.zones.push(Zone { id: z.id, name: z.name.clone(), floor, transit: z.transit, receivers: Vec::new() });
     }
     if raw.receivers.len() > limits::LOCATION_RECEIVERS_MAX {
         return Err(err("receivers".into(), &format!("at most {} receivers", limits::LOCATION_RECEIVERS_MAX)));
