@@ -174,14 +174,14 @@ async fn round(
             CentralEvent::ManufacturerDataAdvertisement { id, manufacturer_data } => {
                 let entry = remember(&mut known, &id);
                 entry.mfg = sorted(manufacturer_data.into_iter().collect());
-                flush_joined(&mut pending, &id, &known, receiver, sink, state);
+                flush_joined(&mut pending, &known, receiver, sink, state);
             }
             CentralEvent::ServiceDataAdvertisement { id, service_data } => {
                 let entry = remember(&mut known, &id);
                 entry.svc = sorted(
                     service_data.into_iter().filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data))).collect(),
                 );
-                flush_joined(&mut pending, &id, &known, receiver, sink, state);
+                flush_joined(&mut pending, &known, receiver, sink, state);
             }
             CentralEvent::DeviceDiscovered(id) => {
                 // A device's first advertisement arrives with its discovery, as properties
@@ -238,18 +238,16 @@ fn remember<'a>(known: &'a mut HashMap<PeripheralId, Known>, id: &PeripheralId) 
     known.entry(id.clone()).or_insert_with(|| Known { mac: mac_of(id), mfg: Vec::new(), svc: Vec::new() })
 }
 
-/// A data event right after its RSSI event: they are one advertisement.
+/// A data event right after its RSSI event: they are one advertisement. The pending RSSI goes
+/// out with the data now known: its own advertisement's data when the data event is for the
+/// same device, the device's last data otherwise.
 fn flush_joined(
     pending: &mut Option<(PeripheralId, i16, i64)>,
-    id: &PeripheralId,
     known: &HashMap<PeripheralId, Known>,
     receiver: &Arc<str>,
     sink: &mut impl Sink,
     state: &ScanState,
 ) {
-    // The pending RSSI goes out with the data now known: its own advertisement's data when the
-    // data event is for the same device, the device's last data otherwise.
-    let _ = id;
     if let Some((pid, rssi, t)) = pending.take() {
         emit(known, &pid, rssi, t, receiver, sink, state);
     }

@@ -177,7 +177,8 @@ fn run(
                 }
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {}
+            // No source left (stopping): time still passes for the engine.
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => std::thread::sleep(flush_every / 4),
         }
         let stopping = stop.load(Ordering::SeqCst);
         if last_flush.elapsed() >= flush_every || stopping {
