@@ -240,3 +240,43 @@ fn adverts_from_bluez_locate_devices() {
     });
     drop(s);
 }
+
+#[test]
+fn record_writes_what_the_adapter_hears() {
+    let mut bus = MockBus::start("record");
+    let dir = test_dir("record_writes_what_the_adapter_hears");
+    std::fs::write(dir.join("config.toml"), BASE_CONFIG).unwrap();
+    let mut child = sitegate()
+        .current_dir(&dir)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+        .args(["record", "--config", "config.toml", "--out", "trace.jsonl", "--seconds", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    bus.wait_discovering();
+    let uid = "00e7edd5f3b6f0e1a40c9b2a0001020304050000";
+    for i in 0..5 {
+        bus.ok(json!({"adverts": [
+            ibeacon("C0:00:00:00:00:22", 22, -60 - i),
+            {"mac": "C0:00:00:00:00:23", "rssi": -70, "svc": {"feaa": uid}},
+        ]}));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Each advert is a line as it arrives (the file is line-buffered).
+    let lines = wait_for("ten recorded adverts", || {
+        let text = std::fs::read_to_string(dir.join("trace.jsonl")).unwrap_or_default();
+        (text.lines().count() >= 10).then_some(text)
+    });
+    let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let adverts: Vec<Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let badge: Vec<&Value> = adverts.iter().filter(|a| a["mac"] == "C0:00:00:00:00:22").collect();
+    assert_eq!(badge.len(), 5, "{lines}");
+    assert!(badge.iter().all(|a| a["receiver"] == "hci0" && a["mfg"]["004c"] == format!("0215{UUID}00050016c5")));
+    assert_eq!(badge.iter().map(|a| a["rssi"].as_i64().unwrap()).collect::<Vec<_>>(), [-60, -61, -62, -63, -64]);
+    let eddy = adverts.iter().find(|a| a["mac"] == "C0:00:00:00:00:23").unwrap();
+    assert_eq!(eddy["svc"]["feaa"], uid);
+    let times: Vec<i64> = adverts.iter().map(|a| a["t_ms"].as_i64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "stamped on arrival, in order: {times:?}");
+}
