@@ -10,7 +10,8 @@
 //!
 //! Decision: a device stays in its zone until a challenger zone builds up enough evidence: the
 //! challenger's lead over the current zone, less `hysteresis_db`, integrated over time (a CUSUM
-//! that never goes below zero) must reach `dwell_db_s`, more for a device settled in its zone
+//! that never goes below zero, slower for a challenger heard little lately) must reach
+//! `dwell_db_s`, more for a device settled in its zone
 //! (up to three times after two minutes; not in transit zones). Zones marked `transit`
 //! (corridors, halls, stairs) are where people pass: leaving one for a room needs no
 //! hysteresis, entering one from a room twice the hysteresis. A clear lead wins fast, a marginal one
@@ -55,6 +56,10 @@ const DARK_PENALTY_DB: f64 = 6.0;
 /// `dwell_db_s` per minute, up to this many times `dwell_db_s`. People settled in a room stay
 /// more often than not; a passing fluctuation should not take them out of it.
 const SETTLED_FACTOR_MAX: f64 = 3.0;
+/// A challenger's lead counts in full once its receiver's recent readings weigh this much (the
+/// sum of their age weights: about two fresh readings); less, in proportion. Sparse or lossy
+/// tags then need longer to switch, rather than switching on a single lucky reading.
+const FULL_EVIDENCE_WEIGHT: f64 = 2.0;
 /// Evidence is integrated over at most this much time between two evaluations.
 const STEP_CAP_MS: i64 = 2_000;
 
@@ -185,6 +190,18 @@ impl Engine {
         (weights > 0.0).then(|| sum / weights)
     }
 
+    /// How much recent evidence a link has: the sum of its readings' age weights.
+    fn link_weight(&self, device: usize, receiver: usize, t_ms: i64) -> f64 {
+        let Some(Some(link)) = self.devices[device].links.get(receiver) else { return 0.0 };
+        let tau = self.settings.smoothing_ms.max(1) as f64;
+        let from = t_ms - self.settings.window_ms as i64;
+        link.readings.iter().rev().take_while(|(t, _)| *t > from).map(|(t, _)| (-((t_ms - t) as f64) / tau).exp()).sum()
+    }
+
+    fn zone_weight(&self, device: usize, zone: usize, t_ms: i64) -> f64 {
+        self.zone_receivers[zone].iter().map(|&r| self.link_weight(device, r, t_ms)).fold(0.0, f64::max)
+    }
+
     /// Whether a receiver has heard any device within the window.
     fn receiver_alive(&self, receiver: usize, t_ms: i64) -> bool {
         self.receiver_last_ms[receiver].is_some_and(|s| t_ms - s < self.settings.window_ms as i64)
@@ -256,6 +273,9 @@ impl Engine {
                             Some(c) => (signal - c).min(LEAD_CAP_DB),
                             None => LEAD_CAP_DB,
                         };
+                        // A challenger heard little lately gains ground more slowly.
+                        let conf = (self.zone_weight(device, other, t_ms) / FULL_EVIDENCE_WEIGHT).min(1.0);
+                        let state = &mut self.devices[device];
                         // People pass through transit zones (corridors) and stay in rooms: out
                         // of a corridor into a room needs no hysteresis, into a corridor twice.
                         let from_transit = self.zone_transit[zone];
@@ -265,7 +285,7 @@ impl Engine {
                             (false, true) => 2.0 * settings.hysteresis_db,
                             _ => settings.hysteresis_db,
                         };
-                        state.evidence = (state.evidence + (lead - threshold) * step_s).max(0.0);
+                        state.evidence = (state.evidence + (lead - threshold) * conf * step_s).max(0.0);
                         // A device settled in its zone needs more to be pulled out of it.
                         let stay_min = (t_ms - state.zone_since_ms) as f64 / 60_000.0;
                         let need = if from_transit {
