@@ -97,6 +97,8 @@ fn load_registry(store: &Store) -> Vec<(i64, super::devices::Device)> {
 #[derive(Default)]
 pub struct Pending {
     events: Vec<LocationEvent>,
+    /// Events dropped because too many were waiting (the database would not take them).
+    dropped: u64,
     pub seen: HashMap<i64, i64>,
     pub battery: HashMap<i64, (i64, Option<u16>)>,
 }
@@ -124,12 +126,32 @@ impl Pending {
                     rssi: u.rssi_dbm,
                 }),
             };
-            if let Some(e) = event
-                && self.events.len() < limits::LOCATION_BATCH_EVENTS_MAX
-            {
-                self.events.push(e);
+            if let Some(e) = event {
+                if self.events.len() < limits::LOCATION_BATCH_EVENTS_MAX {
+                    self.events.push(e);
+                } else {
+                    self.dropped += 1;
+                }
             }
         }
+    }
+
+    /// A batch the store refused goes back in front, to be written with the next one (as far
+    /// as the bound allows; what does not fit is counted and logged).
+    pub fn put_back(&mut self, batch: LocationBatch) {
+        let mut events = batch.events;
+        let room = limits::LOCATION_BATCH_EVENTS_MAX.saturating_sub(self.events.len());
+        if events.len() > room {
+            self.dropped += (events.len() - room) as u64;
+            events.truncate(room);
+        }
+        events.append(&mut self.events);
+        self.events = events;
+    }
+
+    /// Events dropped since the last call.
+    pub fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Everything pending as one batch for the store.
@@ -184,8 +206,14 @@ fn run(
         if last_flush.elapsed() >= flush_every || stopping {
             pipeline.tick_until(now_ms(), &mut outputs);
             pending.outputs(&pipeline, &mut outputs);
-            if let Err(e) = store.write_location_batch(&pending.take()) {
-                log::warn!("location: cannot write what the engine decided: {e}");
+            let batch = pending.take();
+            if let Err(e) = store.write_location_batch(&batch) {
+                log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
+                pending.put_back(batch);
+            }
+            let dropped = pending.take_dropped();
+            if dropped > 0 {
+                log::warn!("location: {dropped} decisions and updates dropped: too many waiting for the database");
             }
             last_flush = Instant::now();
         }
@@ -232,5 +260,31 @@ fn run(
     }
     if let Err(e) = store.close_open_visits() {
         log::warn!("location: cannot close the visits at shutdown: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(t_ms: i64) -> LocationEvent {
+        LocationEvent::Seen { device_id: 1, t_ms }
+    }
+
+    #[test]
+    fn a_refused_batch_is_written_with_the_next_one_within_the_bound() {
+        let mut pending = Pending::default();
+        pending.put_back(LocationBatch { events: vec![seen(1), seen(2)] });
+        pending.events.push(seen(3));
+        assert_eq!(pending.take().events, [seen(1), seen(2), seen(3)]);
+        // Beyond the bound, the refused batch's tail is dropped and counted.
+        pending.events = (0..10).map(seen).collect();
+        let big = LocationBatch { events: (100..100 + limits::LOCATION_BATCH_EVENTS_MAX as i64).map(seen).collect() };
+        pending.put_back(big);
+        assert_eq!(pending.events.len(), limits::LOCATION_BATCH_EVENTS_MAX);
+        assert_eq!(pending.events[0], seen(100));
+        assert_eq!(pending.events.last(), Some(&seen(9)));
+        assert_eq!(pending.take_dropped(), 10);
+        assert_eq!(pending.take_dropped(), 0);
     }
 }
