@@ -219,3 +219,5 @@ pub const LOCATION_REPORT_DEFAULT_DAYS: i64 = 1;
 pub const LOCATION_REPORT_RANGE_DAYS_MAX: i64 = 366;
 pub const LOCATION_REPORT_PAGE_ROWS: usize = 500;
 pub const LOCATION_REPORT_VISITS_MAX: u32 = 200_000;
+/// Location history rows of one device in a contact's export (30 days at one a minute: 43,200).
+pub const LOCATION_EXPORT_ROWS_MAX: u32 = 1_000_000;

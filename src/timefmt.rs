@@ -54,6 +54,11 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     None
 }
 
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    Timestamp::now().as_millisecond()
+}
+
 /// `2026-11-22 14:05:09` in the site's time zone, from Unix milliseconds (the location API's
 /// timestamps).
 pub fn local_ms(ms: i64, tz: &TimeZone) -> String {

@@ -120,7 +120,21 @@ def eddystone_power(svc):
     return None
 
 
-class Nearest:
+class Rule:
+    """What both baselines share: the zone per device and the decisions written as it changes."""
+
+    def switch(self, dev, t, zone):
+        cur = self.zone.get(dev)
+        if cur == zone:
+            return
+        if cur is not None:
+            self.events.append((t, dev, cur, "exit"))
+        if zone is not None:
+            self.events.append((t, dev, zone, "enter"))
+        self.zone[dev] = zone
+
+
+class Nearest(Rule):
     """Strongest receiver among the device's adverts of the last 1 s, on every advert; away
     5 s after the last advert."""
 
@@ -132,16 +146,6 @@ class Nearest:
         self.zone = {}
         self.last = {}
         self.events = []
-
-    def switch(self, dev, t, zone):
-        cur = self.zone.get(dev)
-        if cur == zone:
-            return
-        if cur is not None:
-            self.events.append((t, dev, cur, "exit"))
-        if zone is not None:
-            self.events.append((t, dev, zone, "enter"))
-        self.zone[dev] = zone
 
     def advert(self, dev, t, rx, rssi, power):
         last = self.last.get(dev)
@@ -161,7 +165,7 @@ class Nearest:
                 self.switch(dev, last + self.AWAY_MS, None)
 
 
-class Bermuda:
+class Bermuda(Rule):
     """Bermuda-style challenger rule on distances from a log-distance model (exponent 2.7 and
     the beacon's measured power, -59 dBm when it sends none), each receiver's distance the
     minimum of its last 5 samples."""
@@ -178,16 +182,6 @@ class Bermuda:
         self.last = {}
         self.power = {}
         self.events = []
-
-    def switch(self, dev, t, zone):
-        cur = self.zone.get(dev)
-        if cur == zone:
-            return
-        if cur is not None:
-            self.events.append((t, dev, cur, "exit"))
-        if zone is not None:
-            self.events.append((t, dev, zone, "enter"))
-        self.zone[dev] = zone
 
     def advert(self, dev, t, rx, rssi, power):
         last = self.last.get(dev)

@@ -19,7 +19,7 @@ use crate::location::devices::{Device, check_address, check_deviceid, default_de
 use crate::location::service::{SiteState, current};
 use crate::location::site::Site;
 use crate::store::{StoredDevice, Visit};
-use crate::timefmt::{local_ms, parse_local_ms};
+use crate::timefmt::{local_ms, now_ms, parse_local_ms};
 
 fn site(ctx: &Ctx<'_>) -> SiteState {
     current(&ctx.app.site)
@@ -323,10 +323,6 @@ fn minutes(p: &Params<'_>, key: &str) -> Result<Option<i64>, ApiError> {
             Err(ApiError::invalid_parameter(key, format!("{m} is outside 0..={}", limits::LOCATION_MINUTES_MAX)))
         }
     }
-}
-
-fn now_ms() -> i64 {
-    crate::timefmt::now_secs() * 1000
 }
 
 // ---------------------------------------------------------------------------------------------

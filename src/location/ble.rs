@@ -22,6 +22,7 @@ use futures_util::StreamExt;
 
 use super::beacon::{Advert, Mac};
 use crate::limits;
+use crate::timefmt::now_ms;
 
 /// How the live source is doing (for /health and the status page).
 #[derive(Default)]
@@ -290,13 +291,6 @@ fn short_uuid(uuid: &uuid::Uuid) -> Option<u16> {
 fn mac_of(id: &PeripheralId) -> Mac {
     let text = id.to_string();
     text.rsplit("dev_").next().and_then(|m| Mac::parse(&m.replace('_', ":"))).unwrap_or(Mac([0; 6]))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -95,6 +95,8 @@ pub struct Engine {
     devices: Vec<DeviceState>,
     /// Scratch: signal per zone of the device being decided.
     zone_signal: Vec<Option<f64>>,
+    /// Scratch: the largest evidence weight of a receiver per zone (see `link_stats`).
+    zone_weight: Vec<f64>,
 }
 
 impl Engine {
@@ -109,6 +111,7 @@ impl Engine {
             receiver_last_ms: vec![None; site.receivers.len()],
             devices: Vec::new(),
             zone_signal: vec![None; site.zones.len()],
+            zone_weight: vec![0.0; site.zones.len()],
         }
     }
 
@@ -168,14 +171,16 @@ impl Engine {
         }
     }
 
-    /// The signal (calibrated dBm) of one receiver for a device at `t_ms`: the mean power of its
-    /// readings in the window, if its newest is not stale.
+    /// The signal (calibrated dBm) of one receiver for a device at `t_ms`: the age-weighted
+    /// mean of its readings in the window, if its newest is not stale.
     fn link_signal(&self, device: usize, receiver: usize, t_ms: i64) -> Option<f64> {
-        let link = self.devices[device].links.get(receiver)?.as_ref()?;
-        let newest = link.readings.back()?.0;
-        if t_ms - newest > self.settings.stale_ms as i64 {
-            return None;
-        }
+        self.link_stats(device, receiver, t_ms).0
+    }
+
+    /// A link's signal (as [`Self::link_signal`]) and how much recent evidence it has: the
+    /// sum of its readings' age weights in the window (stale or not).
+    fn link_stats(&self, device: usize, receiver: usize, t_ms: i64) -> (Option<f64>, f64) {
+        let Some(Some(link)) = self.devices[device].links.get(receiver) else { return (None, 0.0) };
         let from = t_ms - self.settings.window_ms as i64;
         let tau = self.settings.smoothing_ms.max(1) as f64;
         let (mut sum, mut weights) = (0.0f64, 0.0f64);
@@ -187,19 +192,8 @@ impl Engine {
             sum += f64::from(*dbm) * w;
             weights += w;
         }
-        (weights > 0.0).then(|| sum / weights)
-    }
-
-    /// How much recent evidence a link has: the sum of its readings' age weights.
-    fn link_weight(&self, device: usize, receiver: usize, t_ms: i64) -> f64 {
-        let Some(Some(link)) = self.devices[device].links.get(receiver) else { return 0.0 };
-        let tau = self.settings.smoothing_ms.max(1) as f64;
-        let from = t_ms - self.settings.window_ms as i64;
-        link.readings.iter().rev().take_while(|(t, _)| *t > from).map(|(t, _)| (-((t_ms - t) as f64) / tau).exp()).sum()
-    }
-
-    fn zone_weight(&self, device: usize, zone: usize, t_ms: i64) -> f64 {
-        self.zone_receivers[zone].iter().map(|&r| self.link_weight(device, r, t_ms)).fold(0.0, f64::max)
+        let fresh = link.readings.back().is_some_and(|(newest, _)| t_ms - newest <= self.settings.stale_ms as i64);
+        ((fresh && weights > 0.0).then(|| sum / weights), weights)
     }
 
     /// Whether a receiver has heard any device within the window.
@@ -213,8 +207,11 @@ impl Engine {
         let mut strongest: Option<(usize, f64)> = None;
         for zone in 0..self.zone_signal.len() {
             let mut signal: Option<f64> = None;
+            let mut weight = 0.0f64;
             for &r in &self.zone_receivers[zone] {
-                if let Some(s) = self.link_signal(device, r, t_ms) {
+                let (link, w) = self.link_stats(device, r, t_ms);
+                weight = weight.max(w);
+                if let Some(s) = link {
                     signal = Some(signal.map_or(s, |v| v.max(s)));
                     if strongest.is_none_or(|(_, v)| s > v) {
                         strongest = Some((r, s));
@@ -222,6 +219,7 @@ impl Engine {
                 }
             }
             self.zone_signal[zone] = signal;
+            self.zone_weight[zone] = weight;
             if let Some(s) = signal
                 && best.is_none_or(|(_, b)| s > b)
             {
@@ -274,7 +272,7 @@ impl Engine {
                             None => LEAD_CAP_DB,
                         };
                         // A challenger heard little lately gains ground more slowly.
-                        let conf = (self.zone_weight(device, other, t_ms) / FULL_EVIDENCE_WEIGHT).min(1.0);
+                        let conf = (self.zone_weight[other] / FULL_EVIDENCE_WEIGHT).min(1.0);
                         let state = &mut self.devices[device];
                         // People pass through transit zones (corridors) and stay in rooms: out
                         // of a corridor into a room needs no hysteresis, into a corridor twice.

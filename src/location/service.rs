@@ -17,6 +17,7 @@ use super::replay::Pipeline;
 use super::site::{EngineSettings, Site};
 use crate::limits;
 use crate::store::{LocationBatch, LocationEvent, Store};
+use crate::timefmt::now_ms;
 
 /// The site map and engine settings in force; replaced on SIGHUP.
 #[derive(Clone)]
@@ -74,13 +75,6 @@ impl LocationService {
         drop(self.adverts);
         let _ = self.thread.join();
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn load_registry(store: &Store) -> Vec<(i64, super::devices::Device)> {

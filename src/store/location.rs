@@ -119,6 +119,29 @@ fn device_from_row(r: &Row<'_>) -> rusqlite::Result<StoredDevice> {
     })
 }
 
+fn visit_from_row(r: &Row<'_>) -> rusqlite::Result<Visit> {
+    Ok(Visit { device_id: r.get(0)?, zone_id: r.get(1)?, enter_ms: r.get(2)?, exit_ms: r.get(3)? })
+}
+
+/// Registers one device, after checking it (unique identities, a real contact, the bound).
+fn insert_device(tx: &Transaction<'_>, org: &str, d: &Device, now: i64) -> Result<i64> {
+    check_unique(tx, d, 0)?;
+    check_contact(tx, org, d.contactid)?;
+    let count: i64 = tx.query_row("SELECT count(*) FROM devices", [], |r| r.get(0))?;
+    if count >= crate::limits::LOCATION_DEVICES_MAX as i64 {
+        return Err(StoreError::BadReference(format!(
+            "at most {} devices can be registered",
+            crate::limits::LOCATION_DEVICES_MAX
+        )));
+    }
+    tx.exec(
+        "INSERT INTO devices (org, deviceaddress, deviceid, label, tagtype, beacon, contact_id, created, updated)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+        (org, &d.deviceaddress, &d.deviceid, &d.label, d.tagtype, d.beacon.to_string(), d.contactid, now),
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
 /// The contact must be a live contact record of the organisation.
 fn check_contact(tx: &Transaction<'_>, org: &str, contact: Option<i64>) -> Result<()> {
     let Some(id) = contact else { return Ok(()) };
@@ -150,17 +173,7 @@ fn check_unique(tx: &Transaction<'_>, d: &Device, except: i64) -> Result<()> {
 
 impl Store {
     pub fn create_device(&self, org: &str, d: &Device) -> Result<StoredDevice> {
-        let id = self.write(|tx| {
-            check_unique(tx, d, 0)?;
-            check_contact(tx, org, d.contactid)?;
-            let now = now_secs();
-            tx.exec(
-                "INSERT INTO devices (org, deviceaddress, deviceid, label, tagtype, beacon, contact_id, created, updated)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
-                (org, &d.deviceaddress, &d.deviceid, &d.label, d.tagtype, d.beacon.to_string(), d.contactid, now),
-            )?;
-            Ok(tx.last_insert_rowid())
-        })?;
+        let id = self.write(|tx| insert_device(tx, org, d, now_secs()))?;
         self.device(Some(org), id)
     }
 
@@ -169,13 +182,7 @@ impl Store {
         self.write(|tx| {
             let now = now_secs();
             for d in devices {
-                check_unique(tx, d, 0)?;
-                check_contact(tx, org, d.contactid)?;
-                tx.exec(
-                    "INSERT INTO devices (org, deviceaddress, deviceid, label, tagtype, beacon, contact_id, created, updated)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
-                    (org, &d.deviceaddress, &d.deviceid, &d.label, d.tagtype, d.beacon.to_string(), d.contactid, now),
-                )?;
+                insert_device(tx, org, d, now)?;
             }
             Ok(devices.len())
         })
@@ -343,9 +350,7 @@ impl Store {
                  WHERE d.org = ?1 AND v.enter_ms < ?3 AND coalesce(v.exit_ms, ?3) > ?2
                  ORDER BY v.enter_ms, v.id LIMIT ?4",
             )?;
-            let rows = stmt.query_map((org, from_ms, to_ms, limit), |r| {
-                Ok(Visit { device_id: r.get(0)?, zone_id: r.get(1)?, enter_ms: r.get(2)?, exit_ms: r.get(3)? })
-            })?;
+            let rows = stmt.query_map((org, from_ms, to_ms, limit), visit_from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
@@ -388,14 +393,12 @@ impl Store {
             self.devices(Some(org))?.into_iter().filter(|d| d.device.contactid == Some(contact)).collect();
         let mut out = Vec::new();
         for d in devices {
-            let history = self.location_history(d.id, 0, u32::MAX)?;
+            let history = self.location_history(d.id, 0, crate::limits::LOCATION_EXPORT_ROWS_MAX)?;
             let visits = self.read(|tx| {
                 let mut stmt = tx.prepare_cached(
                     "SELECT device_id, zone_id, enter_ms, exit_ms FROM visits WHERE device_id = ?1 ORDER BY enter_ms",
                 )?;
-                let rows = stmt.query_map([d.id], |r| {
-                    Ok(Visit { device_id: r.get(0)?, zone_id: r.get(1)?, enter_ms: r.get(2)?, exit_ms: r.get(3)? })
-                })?;
+                let rows = stmt.query_map([d.id], visit_from_row)?;
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             })?;
             out.push((d, history, visits));
