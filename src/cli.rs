@@ -28,6 +28,62 @@ pub enum Command {
     Record(Record),
     Device(DeviceCmd),
     Locations(Locations),
+    MqttUser(MqttUserCmd),
+}
+
+#[derive(FromArgs, Debug)]
+/// MQTT credentials: each belongs to one organisation and may use only its topics.
+#[argh(subcommand, name = "mqtt-user")]
+pub struct MqttUserCmd {
+    #[argh(subcommand)]
+    pub command: MqttUserCommand,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum MqttUserCommand {
+    Add(MqttUserAdd),
+    List(MqttUserList),
+    Delete(MqttUserDelete),
+}
+
+#[derive(FromArgs, Debug)]
+/// Create MQTT credentials and print the password (shown once; stored hashed).
+#[argh(subcommand, name = "add")]
+pub struct MqttUserAdd {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// organisation id
+    #[argh(option)]
+    pub org: String,
+    /// username (1..128 characters)
+    #[argh(option)]
+    pub username: String,
+    /// credentials of a remote BLE receiver: may also publish adverts
+    #[argh(switch)]
+    pub receiver: bool,
+}
+
+#[derive(FromArgs, Debug)]
+/// List MQTT users (username, organisation, receiver).
+#[argh(subcommand, name = "list")]
+pub struct MqttUserList {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Delete MQTT credentials (clients connected with them keep their connection until it ends).
+#[argh(subcommand, name = "delete")]
+pub struct MqttUserDelete {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// username
+    #[argh(option)]
+    pub username: String,
 }
 
 #[derive(FromArgs, Debug)]

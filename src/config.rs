@@ -52,6 +52,7 @@ pub struct RawConfig {
     pub organizations: Vec<RawOrganization>,
     pub fields: Vec<RawField>,
     pub location: RawLocation,
+    pub mqtt: crate::mqtt::config::RawMqtt,
     pub areas: Vec<RawArea>,
     pub buildings: Vec<RawBuilding>,
     pub floors: Vec<RawFloor>,
@@ -149,6 +150,7 @@ pub struct Config {
     pub organizations: Vec<Organization>,
     pub fields: Arc<Vec<CustomField>>,
     pub location: LocationConfig,
+    pub mqtt: crate::mqtt::config::MqttConfig,
     /// The site map: areas, buildings, floors, zones, receivers, tag types.
     pub site_map: Arc<Site>,
 }
@@ -521,6 +523,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     }
 
     let location = crate::location::site::resolve_location(&raw.location)?;
+    let mqtt = crate::mqtt::config::resolve_mqtt(&raw.mqtt)?;
     let site_map = crate::location::site::resolve_site(RawSiteMap {
         areas: &raw.areas,
         buildings: &raw.buildings,
@@ -553,6 +556,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         organizations,
         fields: Arc::new(fields),
         location,
+        mqtt,
         site_map: Arc::new(site_map),
     })
 }
@@ -627,6 +631,7 @@ impl Config {
                 })
                 .collect(),
             location: self.location.to_raw(),
+            mqtt: self.mqtt.to_raw(),
             areas: self.site_map.areas.iter().map(|a| RawArea { id: a.id, name: a.name.clone() }).collect(),
             buildings: self
                 .site_map

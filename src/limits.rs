@@ -221,3 +221,47 @@ pub const LOCATION_REPORT_PAGE_ROWS: usize = 500;
 pub const LOCATION_REPORT_VISITS_MAX: u32 = 200_000;
 /// Location history rows of one device in a contact's export (30 days at one a minute: 43,200).
 pub const LOCATION_EXPORT_ROWS_MAX: u32 = 1_000_000;
+
+// --- MQTT --------------------------------------------------------------------------------
+
+/// Open MQTT connections (`[mqtt] connections_max`); more are refused at accept.
+pub const MQTT_CONNECTIONS_MAX_DEFAULT: usize = 1_000;
+pub const MQTT_CONNECTIONS_MAX_CEILING: usize = 100_000;
+
+/// Largest MQTT packet a client may send (`[mqtt] packet_bytes_max`).
+pub const MQTT_PACKET_BYTES_MAX_DEFAULT: u32 = 256 * 1024;
+pub const MQTT_PACKET_BYTES_MAX_CEILING: u32 = 16 * 1024 * 1024;
+
+/// Messages queued for one subscriber that does not keep up (`[mqtt] client_queue_max`);
+/// beyond it the oldest are dropped for that subscriber only (counted).
+pub const MQTT_CLIENT_QUEUE_MAX_DEFAULT: usize = 1_000;
+pub const MQTT_CLIENT_QUEUE_MAX_CEILING: usize = 100_000;
+
+/// QoS 1/2 messages in flight to one client before it acknowledges.
+pub const MQTT_INFLIGHT_MAX: u16 = 16;
+
+/// Time from TCP accept to a complete CONNECT (`[mqtt] handshake_timeout_ms`).
+pub const MQTT_HANDSHAKE_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const MQTT_HANDSHAKE_TIMEOUT_MS_CEILING: u64 = 120_000;
+
+/// How long a disconnected client's persistent session (and its queue) is kept.
+pub const MQTT_SESSION_EXPIRY_S: u64 = 2 * 60 * 60;
+
+/// Subscriptions one client may hold, topic levels a topic may have, client id length.
+pub const MQTT_SUBSCRIPTIONS_PER_CLIENT_MAX: usize = 100;
+pub const MQTT_TOPIC_LEVELS_MAX: usize = 16;
+pub const MQTT_CLIENT_ID_BYTES_MAX: usize = 128;
+
+/// Retained messages the broker keeps (device states and clients' own); a new retained topic
+/// beyond it is not kept (logged).
+pub const MQTT_RETAINED_MAX: usize = 100_000;
+
+/// Feed messages waiting between the engine and the broker; when full the engine does not
+/// wait: the message is dropped and counted.
+pub const MQTT_FEED_QUEUE_MAX: usize = 10_000;
+
+/// How often the feed reads the devices again (contact names may change).
+pub const MQTT_FEED_DEVICES_REFRESH_MS: u64 = 60_000;
+
+/// Length of an MQTT username.
+pub const MQTT_USERNAME_CHARS_MAX: usize = 128;

@@ -14,6 +14,7 @@ mod limits;
 mod location;
 mod metrics;
 mod model;
+mod mqtt;
 mod quota;
 mod service;
 mod store;
@@ -92,6 +93,10 @@ fn main() -> ExitCode {
 fn init_logging(level: log::LevelFilter) {
     let mut builder = env_logger::Builder::new();
     builder.filter_level(level);
+    // The broker's per-connection lines (every refused CONNECT, every dropped connection) at
+    // info would flood the journal; sitegate logs what an operator acts on itself.
+    builder.filter_module("rmqtt", level.min(log::LevelFilter::Warn));
+    builder.filter_module("rmqtt_net", level.min(log::LevelFilter::Warn));
     // Under systemd the journal stamps each line and reads its priority from a `<N>` prefix
     // (sd-daemon(3)); on a terminal, lines carry their UTC time and level.
     let journal = systemd::logging_to_journal();
@@ -205,7 +210,47 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Locations(l) => run_locations(l),
         Command::User(u) => run_user(u.command),
         Command::Group(g) => run_group(g.command),
+        Command::MqttUser(m) => run_mqtt_user(m.command),
     }
+}
+
+fn run_mqtt_user(command: cli::MqttUserCommand) -> Result<(), Failure> {
+    match command {
+        cli::MqttUserCommand::Add(a) => {
+            let (_, store) = open_admin(a.config.as_deref())?;
+            let name_ok = !a.username.is_empty()
+                && a.username.chars().count() <= limits::MQTT_USERNAME_CHARS_MAX
+                && !a.username.chars().any(char::is_control);
+            if !name_ok {
+                return Err(Failure::Usage(format!(
+                    "a username is 1..={} characters without control characters",
+                    limits::MQTT_USERNAME_CHARS_MAX
+                )));
+            }
+            let password = auth::new_token();
+            store
+                .create_mqtt_user(&store::MqttUser {
+                    username: a.username,
+                    org: a.org,
+                    receiver: a.receiver,
+                    password_sha256: auth::token_hash(&password),
+                    created: 0,
+                })
+                .map_err(usage)?;
+            println!("{password}");
+        }
+        cli::MqttUserCommand::List(l) => {
+            let (_, store) = open_admin(l.config.as_deref())?;
+            for u in store.mqtt_users()? {
+                println!("{}\t{}\t{}", u.username, u.org, if u.receiver { "receiver" } else { "" });
+            }
+        }
+        cli::MqttUserCommand::Delete(d) => {
+            let (_, store) = open_admin(d.config.as_deref())?;
+            store.delete_mqtt_user(&d.username).map_err(usage)?;
+        }
+    }
+    Ok(())
 }
 
 fn run_replay(r: cli::Replay) -> Result<(), Failure> {

@@ -169,11 +169,34 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             .map_err(|e| ServeError::Io(format!("cannot start webhook delivery: {e}")))?;
     deliverer.wake();
 
+    // The MQTT broker, and the feed from the location engine into it.
+    let mut broker = None;
+    let mut feed = None;
+    let mut feed_task = None;
+    if config.mqtt.enabled {
+        let b = runtime
+            .block_on(crate::mqtt::broker::Broker::start(
+                &config.mqtt.broker,
+                Arc::clone(&store),
+                Arc::clone(&app.mqtt),
+            ))
+            .map_err(ServeError::Io)?;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::mqtt::feed::FeedMessage>(limits::MQTT_FEED_QUEUE_MAX);
+        let publisher = b.publisher();
+        feed_task = Some(runtime.spawn(async move {
+            while let Some(m) = rx.recv().await {
+                publisher.publish(m.topic, m.payload, m.retain).await;
+            }
+        }));
+        feed = Some(crate::mqtt::feed::Feed::new(tx, config.site.timezone.clone(), Arc::clone(&app.mqtt)));
+        broker = Some(b);
+    }
     let location = crate::location::service::LocationService::start(
         Arc::clone(&store),
         Arc::clone(&app.site),
         Arc::clone(&app.scan),
         config.location.retention_days,
+        feed,
     )
     .map_err(|e| ServeError::Io(format!("cannot start the location engine: {e}")))?;
     let ble_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -197,6 +220,9 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let mut ready = format!("ready http={http_addr}");
     if let Some(addr) = tls_addr {
         ready.push_str(&format!(" https={addr}"));
+    }
+    if let Some(b) = &broker {
+        ready.push_str(&format!(" mqtt={}", b.addr));
     }
     {
         let mut out = std::io::stdout().lock();
@@ -229,6 +255,13 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
     }
     location.stop();
+    // The feed's last messages reach the broker, then the broker stops.
+    if let Some(task) = feed_task {
+        let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
+    }
+    if let Some(b) = broker {
+        b.stop();
+    }
     // 3. Buffered state (viewed stamps, quota counters) is written.
     flusher.stop();
     // 4. The write-ahead log goes into the database file.

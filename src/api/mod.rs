@@ -49,6 +49,8 @@ pub struct App {
     pub site: crate::location::service::SiteHandle,
     /// How the live BLE source is doing (shared with it).
     pub scan: Arc<crate::location::ble::ScanState>,
+    /// The broker's counters (zero while it is off).
+    pub mqtt: Arc<crate::mqtt::broker::BrokerStats>,
 }
 
 /// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
@@ -194,7 +196,8 @@ impl App {
         let fault_injection = std::env::var("SITEGATE_FAULT_INJECTION").is_ok_and(|v| v == "1");
         let site = crate::location::service::site_handle(Arc::clone(&config.site_map), config.location.engine.clone());
         let scan = Arc::new(crate::location::ble::ScanState::default());
-        Ok(App { config, store, quota, fault_injection, metrics, site, scan })
+        let mqtt = Arc::default();
+        Ok(App { config, store, quota, fault_injection, metrics, site, scan, mqtt })
     }
 
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
@@ -273,11 +276,26 @@ impl App {
                             .with("failed", Out::Int(failed))
                             .with("paused", Out::Int(paused)),
                     )
-                    .with("location", self.scan_out());
+                    .with("location", self.scan_out())
+                    .with("mqtt", self.mqtt_out());
                 render_reply(format, Reply::ok(doc), quota)
             }
             Err(e) => render_error(format, ApiError::unavailable(&e.to_string()), quota),
         }
+    }
+
+    /// The broker's state for /health.
+    fn mqtt_out(&self) -> Out {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = |v: &std::sync::atomic::AtomicU64| Out::Int(i64::try_from(v.load(Relaxed)).unwrap_or(i64::MAX));
+        let m = &self.mqtt;
+        Out::map()
+            .with("enabled", Out::Int(i64::from(self.config.mqtt.enabled)))
+            .with("connections", Out::Int(m.connections.load(Relaxed)))
+            .with("refused", n(&m.auth_refused))
+            .with("published", n(&m.published))
+            .with("dropped", n(&m.dropped))
+            .with("feeddropped", n(&m.feed_dropped))
     }
 
     /// The live BLE source's state for /health.

@@ -16,6 +16,7 @@ use super::engine::Output;
 use super::replay::Pipeline;
 use super::site::{EngineSettings, Site};
 use crate::limits;
+use crate::mqtt::feed::Feed;
 use crate::store::{LocationBatch, LocationEvent, Store};
 use crate::timefmt::now_ms;
 
@@ -51,6 +52,7 @@ impl LocationService {
         site: SiteHandle,
         scan: Arc<ScanState>,
         retention_days: u64,
+        feed: Option<Feed>,
     ) -> std::io::Result<LocationService> {
         let (tx, rx) = crossbeam_channel::bounded(limits::LOCATION_ADVERT_QUEUE_MAX);
         let stop = Arc::new(AtomicBool::new(false));
@@ -59,7 +61,7 @@ impl LocationService {
             let (stop, reload) = (Arc::clone(&stop), Arc::clone(&reload));
             std::thread::Builder::new()
                 .name("location".into())
-                .spawn(move || run(&store, &site, retention_days, &rx, &stop, &reload))?
+                .spawn(move || run(&store, &site, retention_days, feed, &rx, &stop, &reload))?
         };
         Ok(LocationService { adverts: tx, scan, stop, reload, thread })
     }
@@ -74,6 +76,13 @@ impl LocationService {
         self.stop.store(true, Ordering::SeqCst);
         drop(self.adverts);
         let _ = self.thread.join();
+    }
+}
+
+fn refresh_feed_devices(store: &Store, feed: &mut Feed) {
+    match store.devices(None) {
+        Ok(devices) => feed.set_devices(&devices),
+        Err(e) => log::warn!("location: cannot read the devices for the feed: {e}"),
     }
 }
 
@@ -165,6 +174,7 @@ fn run(
     store: &Store,
     site: &SiteHandle,
     retention_days: u64,
+    mut feed: Option<Feed>,
     rx: &crossbeam_channel::Receiver<Advert>,
     stop: &AtomicBool,
     reload: &AtomicBool,
@@ -173,8 +183,14 @@ fn run(
         log::warn!("location: cannot close the visits of the last run: {e}");
     }
     let state = current(site);
+    let away_timeout_ms = i64::try_from(state.engine.away_timeout_ms).unwrap_or(i64::MAX);
     let mut pipeline = Pipeline::new(state.site, Registry::new(load_registry(store)), state.engine);
     let mut version = store.devices_version().unwrap_or(-1);
+    if let Some(feed) = &mut feed {
+        refresh_feed_devices(store, feed);
+        feed.restore(store, now_ms(), away_timeout_ms);
+    }
+    let mut last_feed_refresh = Instant::now();
     let mut pending = Pending::default();
     let mut outputs = Vec::new();
     let flush_every = Duration::from_millis(limits::LOCATION_FLUSH_MS);
@@ -201,9 +217,16 @@ fn run(
             pipeline.tick_until(now_ms(), &mut outputs);
             pending.outputs(&pipeline, &mut outputs);
             let batch = pending.take();
-            if let Err(e) = store.write_location_batch(&batch) {
-                log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
-                pending.put_back(batch);
+            match store.write_location_batch(&batch) {
+                Ok(()) => {
+                    if let Some(feed) = &mut feed {
+                        feed.batch(store, &pipeline.site, &batch.events, now_ms());
+                    }
+                }
+                Err(e) => {
+                    log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
+                    pending.put_back(batch);
+                }
             }
             let dropped = pending.take_dropped();
             if dropped > 0 {
@@ -222,6 +245,17 @@ fn run(
                 version = v;
                 pipeline.registry.reload(load_registry(store));
                 log::info!("location: devices changed; the engine follows");
+                if let Some(feed) = &mut feed {
+                    refresh_feed_devices(store, feed);
+                    last_feed_refresh = Instant::now();
+                }
+            }
+            // Contact names change without the devices changing.
+            if let Some(feed) = &mut feed
+                && last_feed_refresh.elapsed() >= Duration::from_millis(limits::MQTT_FEED_DEVICES_REFRESH_MS)
+            {
+                refresh_feed_devices(store, feed);
+                last_feed_refresh = Instant::now();
             }
         }
         if reload.swap(false, Ordering::SeqCst) {

@@ -214,6 +214,7 @@ impl Store {
             }
             tx.exec("DELETE FROM locations WHERE device_id = ?1", [id])?;
             tx.exec("DELETE FROM visits WHERE device_id = ?1", [id])?;
+            tx.exec("DELETE FROM device_states WHERE device_id = ?1", [id])?;
             Ok(())
         })
     }

@@ -12,6 +12,7 @@ mod activities;
 mod hooks;
 mod location;
 mod maintenance;
+mod mqtt;
 mod principals;
 mod quota;
 mod records;
@@ -33,6 +34,7 @@ pub use activities::{ActivityChanges, NewActivity, Place};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
 pub use maintenance::{backup, restore};
+pub use mqtt::MqttUser;
 pub use principals::NewUser;
 pub use records::{
     ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordDetail, RecordRow,

@@ -236,4 +236,21 @@ CREATE TABLE visits (
 CREATE INDEX visits_device ON visits (device_id, enter_ms);
 CREATE INDEX visits_time ON visits (enter_ms);
 "#,
+    // 4: MQTT credentials, each of one organisation.
+    r#"
+CREATE TABLE mqtt_users (
+    username        TEXT PRIMARY KEY,
+    org             TEXT NOT NULL REFERENCES organizations(id),
+    receiver        INTEGER NOT NULL DEFAULT 0,            -- may publish to the ingest topics
+    password_sha256 BLOB NOT NULL,
+    created         INTEGER NOT NULL
+);
+
+-- The state each device's feed last published (retained), published again at start.
+CREATE TABLE device_states (
+    device_id INTEGER PRIMARY KEY REFERENCES devices(id),
+    state     TEXT NOT NULL,
+    t_ms      INTEGER NOT NULL
+);
+"#,
 ];

@@ -280,3 +280,78 @@ fn record_writes_what_the_adapter_hears() {
     let times: Vec<i64> = adverts.iter().map(|a| a["t_ms"].as_i64().unwrap()).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "stamped on arrival, in order: {times:?}");
 }
+
+/// The MQTT feed from the live engine: a data message at the zone change, the retained state
+/// online then offline, and the last state published again after a restart.
+#[test]
+fn the_feed_publishes_zone_changes_and_retained_states() {
+    use crate::mqtt::{connect, mqtt_addr, mqtt_user};
+    use std::time::Duration;
+
+    let mut bus = MockBus::start("feed");
+    let config = config();
+    let bus_address = bus.address.clone();
+    let env = vec![("DBUS_SYSTEM_BUS_ADDRESS", bus_address.as_str())];
+    let s = Service::start_with("the_feed_publishes", Options { config: &config, env: env.clone() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let badge = format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{UUID}/5/22", "contactid": {ann}}}"#);
+    c.post_json("/devices", &badge).assert_status(201);
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    let sub = connect(mqtt_addr(&s), "intercom-1", "intercom", &password).unwrap();
+    assert_eq!(sub.subscribe("acme/+/+"), rumqttc::SubscribeReasonCode::Success(rumqttc::QoS::AtLeastOnce));
+    bus.wait_discovering();
+
+    // Adverts until the engine places the badge: the data message and the state arrive.
+    let mut data = None;
+    let mut state = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while (data.is_none() || state.is_none()) && std::time::Instant::now() < deadline {
+        bus.ok(json!({"advert": ibeacon("C0:00:00:00:00:22", 22, -60)}));
+        while let Some(p) = sub.next_publish(Duration::from_millis(300)) {
+            let v: Value = serde_json::from_slice(&p.payload).unwrap();
+            match p.topic.as_str() {
+                "acme/5.1.22/data" => data = data.or(Some(v)),
+                "acme/5.1.22/state" => state = state.or(Some(v)),
+                other => panic!("unexpected topic {other}"),
+            }
+        }
+    }
+    let (data, state) = (data.expect("a data message"), state.expect("a state message"));
+    assert_eq!(state["data"]["state"], "online");
+    assert_eq!((data["contactId"].as_i64(), data["contactName"].as_str()), (Some(ann), Some("Ann Lee")));
+
+    // The shapes, golden (local times and the seconds in the zone redacted).
+    let local = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d").unwrap();
+    let mut data = data;
+    data["data"]["travelTime"]["value"] = json!("[S]");
+    let text = format!(
+        "data:\n{}\nstate:\n{}\n",
+        serde_json::to_string_pretty(&data).unwrap(),
+        serde_json::to_string_pretty(&state).unwrap()
+    );
+    expect_file!["golden/feed.txt"].assert_eq(&local.replace_all(&text, "[LOCAL]"));
+
+    // A subscriber arriving later gets the state at once, retained.
+    let late = connect(mqtt_addr(&s), "late-1", "intercom", &password).unwrap();
+    late.subscribe("acme/+/state");
+    let p = late.next_publish(Duration::from_secs(10)).expect("the retained state");
+    assert!(p.retain);
+    assert_eq!(serde_json::from_slice::<Value>(&p.payload).unwrap()["data"]["state"], "online");
+
+    // A restart while the badge is online: the state is published again (retained), and with
+    // no adverts the badge goes offline after the away timeout.
+    drop((sub, late));
+    let (dir, config_file) = (s.dir.clone(), s.config.clone());
+    s.terminate();
+    let s = Service::launch(dir, config_file, &env);
+    let sub = connect(mqtt_addr(&s), "intercom-2", "intercom", &password).unwrap();
+    sub.subscribe("acme/+/state");
+    let p = sub.next_publish(Duration::from_secs(10)).expect("the state restored");
+    assert!(p.retain);
+    assert_eq!(serde_json::from_slice::<Value>(&p.payload).unwrap()["data"]["state"], "online");
+    let p = sub.next_publish(Duration::from_secs(30)).expect("offline after the away timeout");
+    assert_eq!(serde_json::from_slice::<Value>(&p.payload).unwrap()["data"]["state"], "offline");
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(health["mqtt"]["connections"], 1, "{health}");
+}

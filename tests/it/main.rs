@@ -11,6 +11,7 @@ mod files;
 mod http;
 mod list;
 mod location;
+mod mqtt;
 mod ops;
 mod records;
 mod reports;

@@ -47,6 +47,9 @@ workers = 2
 [store]
 path = "data/sitegate.db"
 
+[mqtt]
+listen = "127.0.0.1:0"
+
 [site]
 timezone = "UTC"
 

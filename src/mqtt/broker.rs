@@ -1,0 +1,364 @@
+//! The embedded MQTT broker: rmqtt (pinned in Cargo.toml) behind this one module. Nothing
+//! else imports rmqtt. It binds the listener itself (so bind errors come back as errors and
+//! port 0 works), authenticates against the store, enforces the per-organisation topic rules
+//! of [`super::acl`] on subscriptions, publishes and will messages, keeps retained messages
+//! (device states) until they are replaced, and takes the gateway's own publishes in process.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::num::NonZeroU16;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rmqtt::codec::types::QoS;
+use rmqtt::codec::v5::{PublishProperties, SubscribeAckReason};
+use rmqtt::context::ServerContext;
+use rmqtt::hook::{Handler, HookResult, Parameter, ReturnType, Type};
+use rmqtt::net::Builder;
+use rmqtt::retain::{DefaultRetainStorage, RetainStorage};
+use rmqtt::server::MqttServer;
+use rmqtt::session::SessionState;
+use rmqtt::types::{
+    AuthResult, ClientId, CodecPublish, From, Id, LastWill, Publish, PublishAclResult, Retain, SubscribeAclResult,
+    TopicFilter, TopicName, UserName,
+};
+use subtle::ConstantTimeEq;
+
+use super::acl::{self, Principal};
+use crate::limits;
+use crate::store::Store;
+
+/// What the broker is asked to be (from `[mqtt]`).
+#[derive(Clone, Debug)]
+pub struct BrokerSettings {
+    pub listen: SocketAddr,
+    pub connections_max: usize,
+    pub packet_bytes_max: u32,
+    pub client_queue_max: usize,
+    pub handshake_timeout_ms: u64,
+    /// Interoperability testing only: every authenticated client may use every topic.
+    pub open_topics: bool,
+}
+
+/// Counters the broker keeps for /metrics and /health.
+#[derive(Default)]
+pub struct BrokerStats {
+    /// Clients connected now.
+    pub connections: std::sync::atomic::AtomicI64,
+    pub auth_refused: AtomicU64,
+    pub subscribe_refused: AtomicU64,
+    pub publish_refused: AtomicU64,
+    pub dropped: AtomicU64,
+    pub published: AtomicU64,
+    /// Feed messages the engine could not queue for the broker (queue full).
+    pub feed_dropped: AtomicU64,
+}
+
+/// A running broker. Dropping it does not stop it: call [`Broker::stop`].
+pub struct Broker {
+    scx: ServerContext,
+    server: tokio::task::JoinHandle<()>,
+    pub addr: SocketAddr,
+    pub stats: Arc<BrokerStats>,
+}
+
+/// The gateway's own way into the broker (no loopback client, no ACL: it is the gateway).
+#[derive(Clone)]
+pub struct Publisher {
+    scx: ServerContext,
+    from: From,
+    stats: Arc<BrokerStats>,
+}
+
+impl Broker {
+    /// Binds the listener and starts serving on the current tokio runtime.
+    pub async fn start(
+        settings: &BrokerSettings,
+        store: Arc<Store>,
+        stats: Arc<BrokerStats>,
+    ) -> Result<Broker, String> {
+        let scx = ServerContext::new()
+            // The busy check refuses CONNECTs when the load average is high: a small gateway
+            // under load must still take its intercoms.
+            .busy_check_enable(false)
+            .mqtt_max_sessions(isize::try_from(settings.connections_max).unwrap_or(isize::MAX))
+            .build()
+            .await;
+        *scx.extends.retain_mut().await = Box::new(RetainStore::default());
+        let hooks = Arc::new(Hooks {
+            store,
+            open_topics: settings.open_topics,
+            principals: Mutex::new(HashMap::new()),
+            scx: scx.clone(),
+            stats: Arc::clone(&stats),
+        });
+        let register = scx.extends.hook_mgr().register();
+        for typ in [
+            Type::ClientAuthenticate,
+            Type::ClientSubscribeCheckAcl,
+            Type::MessagePublishCheckAcl,
+            Type::SessionTerminated,
+            Type::MessageDropped,
+            Type::ClientConnected,
+            Type::ClientDisconnected,
+        ] {
+            register.add(typ, Box::new(HookHandler(Arc::clone(&hooks)))).await;
+        }
+        register.start().await;
+
+        let inflight = NonZeroU16::new(limits::MQTT_INFLIGHT_MAX).unwrap_or(NonZeroU16::MIN);
+        let listener = Builder::new()
+            .name("mqtt")
+            .laddr(settings.listen)
+            .reuseaddr(Some(true))
+            .nodelay(true)
+            .allow_anonymous(false)
+            .max_connections(settings.connections_max)
+            .max_handshaking_limit(limits::MQTT_CONNECTIONS_MAX_DEFAULT.min(settings.connections_max))
+            .max_packet_size(settings.packet_bytes_max)
+            .max_mqueue_len(settings.client_queue_max)
+            .max_inflight(inflight)
+            .handshake_timeout(Duration::from_millis(settings.handshake_timeout_ms))
+            .session_expiry_interval(Duration::from_secs(limits::MQTT_SESSION_EXPIRY_S))
+            .max_session_expiry_interval(Duration::from_secs(limits::MQTT_SESSION_EXPIRY_S))
+            .max_subscriptions(limits::MQTT_SUBSCRIPTIONS_PER_CLIENT_MAX)
+            .max_topic_levels(limits::MQTT_TOPIC_LEVELS_MAX)
+            .max_clientid_len(limits::MQTT_CLIENT_ID_BYTES_MAX)
+            .bind()
+            .and_then(|l| l.tcp())
+            .map_err(|e| format!("cannot listen for MQTT on {}: {e}", settings.listen))?;
+        let addr = listener.local_addr().map_err(|e| format!("MQTT listener: {e}"))?;
+        // Started with `run`, not `start`: rmqtt's `start` exits the process when running fails.
+        let server = MqttServer::new(scx.clone()).listener_by_id(listener, 1).build();
+        let server = tokio::spawn(async move {
+            if let Err(e) = server.run().await {
+                log::error!("MQTT broker stopped: {e}");
+            }
+        });
+        Ok(Broker { scx, server, addr, stats })
+    }
+
+    pub fn publisher(&self) -> Publisher {
+        let id = Id::new(
+            self.scx.node.id(),
+            0,
+            None,
+            None,
+            ClientId::from_static("sitegate"),
+            Some(UserName::from("sitegate")),
+        );
+        Publisher { scx: self.scx.clone(), from: From::from_system(id), stats: Arc::clone(&self.stats) }
+    }
+
+    /// Stops accepting; open connections end with the runtime.
+    pub fn stop(self) {
+        self.server.abort();
+    }
+}
+
+impl Publisher {
+    /// Publishes one message to every matching subscriber (QoS 1), and keeps it as the
+    /// topic's retained message when `retain` is set.
+    pub async fn publish(&self, topic: String, payload: Vec<u8>, retain: bool) {
+        let p = CodecPublish {
+            dup: false,
+            retain,
+            qos: QoS::AtLeastOnce,
+            topic: TopicName::from(topic),
+            packet_id: None,
+            payload: bytes::Bytes::from(payload),
+            properties: Some(PublishProperties::default()),
+        };
+        let p = Publish::from(p).create_time(rmqtt::utils::timestamp_millis());
+        match SessionState::forwards(&self.scx, self.from.clone(), p, false, None).await {
+            Ok(()) => {
+                self.stats.published.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => log::warn!("mqtt: cannot publish: {e}"),
+        }
+    }
+}
+
+struct Hooks {
+    store: Arc<Store>,
+    open_topics: bool,
+    /// The principal of each client id with a session, and the connection that made it.
+    principals: Mutex<HashMap<String, (Principal, i64)>>,
+    scx: ServerContext,
+    stats: Arc<BrokerStats>,
+}
+
+struct HookHandler(Arc<Hooks>);
+
+impl Hooks {
+    fn principal(&self, client_id: &str) -> Option<Principal> {
+        self.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(client_id).map(|(p, _)| p.clone())
+    }
+
+    /// Username and password against the store (off the runtime's threads).
+    async fn check_password(&self, username: &str, password: &[u8]) -> Option<Principal> {
+        let store = Arc::clone(&self.store);
+        let name = username.to_string();
+        let found = tokio::task::spawn_blocking(move || store.mqtt_user(&name)).await;
+        let presented = crate::auth::token_hash(std::str::from_utf8(password).unwrap_or(""));
+        let user = match found {
+            Ok(Ok(u)) => u,
+            Ok(Err(e)) => {
+                log::warn!("mqtt: cannot read the credentials of {username:?}: {e}");
+                None
+            }
+            Err(_) => None,
+        };
+        // Unknown users are compared against a dummy: the same work either way.
+        let expected = user.as_ref().map_or(&[0u8; 32][..], |u| u.password_sha256.as_slice());
+        let equal: bool = expected.ct_eq(&presented).into();
+        match user {
+            Some(u) if equal => Some(Principal { org: u.org, receiver: u.receiver, unrestricted: self.open_topics }),
+            _ => None,
+        }
+    }
+
+    async fn authenticate(&self, ci: &rmqtt::types::ConnectInfo) -> AuthResult {
+        let (Some(username), Some(password)) = (ci.username(), ci.password()) else {
+            return AuthResult::BadUsernameOrPassword;
+        };
+        let Some(principal) = self.check_password(username, password).await else {
+            log::info!("mqtt: refused {username:?} from {:?}: bad username or password", ci.ipaddress());
+            return AuthResult::BadUsernameOrPassword;
+        };
+        // A will message is published later on the client's behalf: its topic obeys the same
+        // rules as the client's own publishes.
+        if let Some(will) = ci.last_will() {
+            let topic = match will {
+                LastWill::V3(w) => &w.topic,
+                LastWill::V5(w) => &w.topic,
+            };
+            if !acl::may_publish(&principal, topic) {
+                log::info!("mqtt: refused {username:?}: will topic {topic:?} is not its own");
+                return AuthResult::NotAuthorized;
+            }
+        }
+        let client_id = ci.client_id().to_string();
+        // A client id whose session belongs to another organisation is not taken over (its
+        // subscriptions and queued messages would change hands).
+        let held = self.principal(&client_id).map(|p| p.org);
+        if held.is_some_and(|org| org != principal.org) && self.scx.extends.shared().await.exist(&client_id) {
+            log::info!("mqtt: refused {username:?}: client id {client_id:?} is in use by another organisation");
+            return AuthResult::NotAuthorized;
+        }
+        self.principals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(client_id, (principal, ci.id().create_time));
+        AuthResult::Allow(false, None)
+    }
+}
+
+#[async_trait]
+impl Handler for HookHandler {
+    async fn hook(&self, param: &Parameter, acc: Option<HookResult>) -> ReturnType {
+        let h = &self.0;
+        match param {
+            Parameter::ClientAuthenticate(ci) => {
+                let result = h.authenticate(ci).await;
+                if !matches!(result, AuthResult::Allow(..)) {
+                    h.stats.auth_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                (false, Some(HookResult::AuthResult(result)))
+            }
+            Parameter::ClientSubscribeCheckAcl(session, subscribe) => {
+                let allowed =
+                    h.principal(&session.id.client_id).is_some_and(|p| acl::may_subscribe(&p, &subscribe.topic_filter));
+                let result = if allowed {
+                    SubscribeAclResult::new_success(subscribe.opts.qos(), None)
+                } else {
+                    h.stats.subscribe_refused.fetch_add(1, Ordering::Relaxed);
+                    SubscribeAclResult::new_failure(SubscribeAckReason::NotAuthorized)
+                };
+                (false, Some(HookResult::SubscribeAclResult(result)))
+            }
+            Parameter::MessagePublishCheckAcl(session, publish) => {
+                let allowed = h.principal(&session.id.client_id).is_some_and(|p| acl::may_publish(&p, &publish.topic));
+                let result = if allowed {
+                    PublishAclResult::allow()
+                } else {
+                    h.stats.publish_refused.fetch_add(1, Ordering::Relaxed);
+                    PublishAclResult::rejected(false, None)
+                };
+                (false, Some(HookResult::PublishAclResult(result)))
+            }
+            Parameter::SessionTerminated(session, _) => {
+                let mut map = h.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let client_id: &str = &session.id.client_id;
+                // Only if no newer connection with the same client id took the entry over.
+                if map.get(client_id).is_some_and(|(_, t)| *t == session.id.create_time) {
+                    map.remove(client_id);
+                }
+                (true, acc)
+            }
+            Parameter::ClientConnected(..) => {
+                h.stats.connections.fetch_add(1, Ordering::Relaxed);
+                (true, acc)
+            }
+            Parameter::ClientDisconnected(..) => {
+                h.stats.connections.fetch_sub(1, Ordering::Relaxed);
+                (true, acc)
+            }
+            Parameter::MessageDropped(..) => {
+                h.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                (true, acc)
+            }
+            _ => (true, acc),
+        }
+    }
+}
+
+/// Retained messages in memory, kept until replaced (or until their own MQTT 5 expiry): the
+/// broker's default forgets them after five minutes. Device states are published again from
+/// the database at start, so a restart restores them.
+#[derive(Default)]
+struct RetainStore {
+    inner: DefaultRetainStorage,
+}
+
+#[async_trait]
+impl RetainStorage for RetainStore {
+    fn enable(&self) -> bool {
+        true
+    }
+
+    async fn set(&self, topic: &TopicName, retain: Retain, _default_expiry: Option<Duration>) -> rmqtt::Result<()> {
+        let own_expiry = retain
+            .publish
+            .properties
+            .as_ref()
+            .and_then(|p| p.message_expiry_interval)
+            .map(|s| Duration::from_secs(u64::from(s.get())));
+        let count = usize::try_from(self.inner.count().await).unwrap_or(0);
+        if count >= limits::MQTT_RETAINED_MAX && !retain.publish.payload.is_empty() {
+            let filter = TopicFilter::from(topic.to_string());
+            if self.inner.get_message(&filter).await.map(|v| v.is_empty()).unwrap_or(true) {
+                log::warn!(
+                    "mqtt: {} retained messages kept already; {topic:?} is not retained",
+                    limits::MQTT_RETAINED_MAX
+                );
+                return Ok(());
+            }
+        }
+        self.inner.set_with_timeout(topic, retain, own_expiry).await
+    }
+
+    async fn get(&self, topic_filter: &TopicFilter) -> rmqtt::Result<Vec<(TopicName, Retain)>> {
+        self.inner.get_message(topic_filter).await
+    }
+
+    async fn count(&self) -> isize {
+        self.inner.count().await
+    }
+
+    async fn max(&self) -> isize {
+        self.inner.max().await
+    }
+}

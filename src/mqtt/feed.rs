@@ -1,0 +1,266 @@
+//! The live feed: what the location engine decided, as the interface's MQTT messages on
+//! `{organizationId}/{deviceId}/{data|state|alert}`.
+//!
+//! The location thread hands every written batch to [`Feed::batch`], which renders the
+//! messages and queues them for the broker without waiting (a full queue drops and counts:
+//! the engine never stalls on the feed). A data message goes out at every zone change and at
+//! every stored update (the heartbeat, `[location] update_interval_ms`); a device's state is a
+//! retained message, published when it changes and kept in the database so that a restart
+//! publishes it again.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+
+use super::broker::BrokerStats;
+use crate::location::site::Site;
+use crate::store::{LocationEvent, Store, StoredDevice};
+use crate::timefmt::local_ms;
+
+/// One message for the broker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedMessage {
+    pub topic: String,
+    pub payload: Vec<u8>,
+    pub retain: bool,
+}
+
+/// Device states published on `{org}/{deviceId}/state` (`data.state`).
+pub const STATE_ONLINE: &str = "online";
+pub const STATE_OFFLINE: &str = "offline";
+
+/// What the feed needs to know of a device.
+#[derive(Debug, Clone)]
+pub struct FeedDevice {
+    pub org: String,
+    pub deviceid: String,
+    pub contact_id: Option<i64>,
+    pub contact_name: Option<String>,
+    pub battery_mv: Option<i64>,
+    pub zone_since_ms: Option<i64>,
+}
+
+impl From<&StoredDevice> for FeedDevice {
+    fn from(d: &StoredDevice) -> FeedDevice {
+        FeedDevice {
+            org: d.org.clone(),
+            deviceid: d.device.deviceid.clone(),
+            contact_id: d.device.contactid,
+            contact_name: d.contact_name.clone(),
+            battery_mv: d.status.battery_mv,
+            zone_since_ms: d.status.zone_since_ms,
+        }
+    }
+}
+
+pub fn topic(d: &FeedDevice, stream: &str) -> String {
+    format!("{}/{}/{stream}", d.org, d.deviceid)
+}
+
+/// A location update as it was stored.
+pub struct Placed<'a> {
+    pub t_ms: i64,
+    pub zone_id: i64,
+    pub lat: f64,
+    pub lon: f64,
+    pub receiver: &'a str,
+    pub rssi: f64,
+}
+
+/// The data message: where the device is, through which receiver, its battery, and how long
+/// it has been in its zone (`travelTime`, seconds since it entered).
+pub fn data_message(site: &Site, d: &FeedDevice, at: &Placed, tz: &jiff::tz::TimeZone) -> Value {
+    let zone = site.zone(at.zone_id).map(|z| &site.zones[z]);
+    let floor = zone.map(|z| &site.floors[z.floor]);
+    let building_id = floor.map(|f| site.buildings[f.building].id);
+    let floor_id = floor.map(|f| f.id);
+    let receiver = site.receiver(at.receiver).map(|r| &site.receivers[r]);
+    let locality = receiver.map(|r| site.zones[r.zone].name.clone());
+    let rssi = at.rssi.round() as i64;
+    let since = d.zone_since_ms.filter(|s| *s <= at.t_ms).unwrap_or(at.t_ms);
+    let mut data = serde_json::Map::new();
+    data.insert(
+        "proximity".into(),
+        json!({
+            "label": "Proximity",
+            "value": {
+                "zoneId": at.zone_id,
+                "zoneIds": [at.zone_id],
+                "buildingId": building_id,
+                "floorId": floor_id,
+                "anchorId": at.receiver,
+                "anchorIds": [{"deviceId": at.receiver, "rssi": rssi, "locality": locality, "registered": receiver.is_some()}],
+            }
+        }),
+    );
+    data.insert(
+        "position".into(),
+        json!({
+            "label": "Position",
+            "value": {
+                "coordinates": [at.lat, at.lon],
+                "src": "ble",
+                "zoneId": at.zone_id,
+                "zoneIds": [at.zone_id],
+                "buildingId": building_id,
+                "floorId": floor_id,
+            }
+        }),
+    );
+    if let Some(mv) = d.battery_mv {
+        data.insert(
+            "batteryVoltage".into(),
+            json!({"label": "Battery voltage", "value": format!("{:.2}", mv as f64 / 1000.0), "unit": "V"}),
+        );
+    }
+    data.insert(
+        "travelTime".into(),
+        json!({"label": "Travel time", "value": ((at.t_ms - since) / 1000).to_string(), "unit": "s"}),
+    );
+    json!({
+        "deviceId": d.deviceid,
+        "contactId": d.contact_id,
+        "contactName": d.contact_name,
+        "timeStamp": local_ms(at.t_ms, tz),
+        "data": data,
+    })
+}
+
+/// The state message (retained).
+pub fn state_message(d: &FeedDevice, state: &str, t_ms: i64, tz: &jiff::tz::TimeZone) -> Value {
+    json!({
+        "deviceId": d.deviceid,
+        "contactId": d.contact_id,
+        "contactName": d.contact_name,
+        "data": {
+            "state": state,
+            "alarmEvent": {"label": "Alarm event", "value": "none"},
+            "timeStamp": local_ms(t_ms, tz),
+        },
+    })
+}
+
+/// The feed as the location thread drives it.
+pub struct Feed {
+    tx: tokio::sync::mpsc::Sender<FeedMessage>,
+    tz: jiff::tz::TimeZone,
+    devices: HashMap<i64, FeedDevice>,
+    /// Devices whose published state is online.
+    online: HashSet<i64>,
+    /// Devices restored as online at start that the engine has not placed yet, and when
+    /// they count as gone (start + away timeout).
+    restored: Option<(i64, HashSet<i64>)>,
+    stats: Arc<BrokerStats>,
+}
+
+impl Feed {
+    pub fn new(tx: tokio::sync::mpsc::Sender<FeedMessage>, tz: jiff::tz::TimeZone, stats: Arc<BrokerStats>) -> Feed {
+        Feed { tx, tz, devices: HashMap::new(), online: HashSet::new(), restored: None, stats }
+    }
+
+    /// Takes the devices (at start, when they change, and now and then for contact names).
+    pub fn set_devices(&mut self, devices: &[StoredDevice]) {
+        self.devices = devices.iter().map(|d| (d.id, FeedDevice::from(d))).collect();
+    }
+
+    /// At start: publishes every device's last state again (retained), and remembers which
+    /// were online so that they go offline if the engine does not place them in time.
+    pub fn restore(&mut self, store: &Store, now_ms: i64, away_timeout_ms: i64) {
+        let states = match store.device_states() {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("mqtt: cannot read the device states: {e}");
+                return;
+            }
+        };
+        let mut pending = HashSet::new();
+        for (id, state, t_ms) in states {
+            let Some(d) = self.devices.get(&id) else { continue };
+            let msg = state_message(d, &state, t_ms, &self.tz);
+            self.send(topic(d, "state"), &msg, true);
+            if state == STATE_ONLINE {
+                self.online.insert(id);
+                pending.insert(id);
+            }
+        }
+        self.restored = Some((now_ms + away_timeout_ms, pending));
+    }
+
+    /// Renders and queues what one written batch means for the feed; state changes are
+    /// stored (in one write) so that a restart can publish them again.
+    pub fn batch(&mut self, store: &Store, site: &Site, events: &[LocationEvent], now_ms: i64) {
+        let mut last_zone_event: HashMap<i64, (bool, i64)> = HashMap::new();
+        for e in events {
+            match e {
+                LocationEvent::Battery { device_id, mv, .. } => {
+                    if let Some(d) = self.devices.get_mut(device_id) {
+                        d.battery_mv = mv.map(i64::from);
+                    }
+                }
+                LocationEvent::Enter { device_id, t_ms, .. } => {
+                    if let Some(d) = self.devices.get_mut(device_id) {
+                        d.zone_since_ms = Some(*t_ms);
+                    }
+                    last_zone_event.insert(*device_id, (true, *t_ms));
+                }
+                LocationEvent::Exit { device_id, t_ms, .. } => {
+                    last_zone_event.insert(*device_id, (false, *t_ms));
+                }
+                LocationEvent::Update { device_id, t_ms, zone_id, lat, lon, receiver, rssi } => {
+                    if let Some(d) = self.devices.get(device_id) {
+                        let at = Placed { t_ms: *t_ms, zone_id: *zone_id, lat: *lat, lon: *lon, receiver, rssi: *rssi };
+                        let msg = data_message(site, d, &at, &self.tz);
+                        self.send(topic(d, "data"), &msg, false);
+                    }
+                }
+                LocationEvent::Seen { .. } => {}
+            }
+        }
+        let mut changes = Vec::new();
+        for (id, (inside, t_ms)) in last_zone_event {
+            if let Some((_, pending)) = &mut self.restored {
+                pending.remove(&id);
+            }
+            let was_online = self.online.contains(&id);
+            if inside && !was_online {
+                self.online.insert(id);
+                changes.push((id, STATE_ONLINE, t_ms));
+            } else if !inside && was_online {
+                self.online.remove(&id);
+                changes.push((id, STATE_OFFLINE, t_ms));
+            }
+        }
+        if let Some((deadline, pending)) = &mut self.restored
+            && now_ms >= *deadline
+        {
+            for id in pending.drain() {
+                if self.online.remove(&id) {
+                    changes.push((id, STATE_OFFLINE, now_ms));
+                }
+            }
+            self.restored = None;
+        }
+        if changes.is_empty() {
+            return;
+        }
+        changes.sort_by_key(|c| (c.2, c.0));
+        for (id, state, t_ms) in &changes {
+            if let Some(d) = self.devices.get(id) {
+                let msg = state_message(d, state, *t_ms, &self.tz);
+                self.send(topic(d, "state"), &msg, true);
+            }
+        }
+        if let Err(e) = store.set_device_states(&changes) {
+            log::warn!("mqtt: cannot store the device states: {e}");
+        }
+    }
+
+    fn send(&self, topic: String, msg: &Value, retain: bool) {
+        let payload = msg.to_string().into_bytes();
+        if self.tx.try_send(FeedMessage { topic, payload, retain }).is_err() {
+            self.stats.feed_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

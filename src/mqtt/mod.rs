@@ -1,0 +1,7 @@
+//! The MQTT side of the gateway: the embedded broker (`broker`, the only user of rmqtt), the
+//! topic rules (`acl`) and the feed the location engine publishes (`feed`).
+
+pub mod acl;
+pub mod broker;
+pub mod config;
+pub mod feed;

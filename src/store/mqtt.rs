@@ -1,0 +1,104 @@
+//! MQTT credentials: a username, its organisation, whether it belongs to a receiver, and the
+//! SHA-256 of its password (passwords are random and long, like API tokens).
+
+use rusqlite::OptionalExtension;
+
+use super::{ExecCached, Result, Store, StoreError};
+use crate::timefmt::now_secs;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MqttUser {
+    pub username: String,
+    pub org: String,
+    /// May also publish to the ingest topics (remote BLE receivers).
+    pub receiver: bool,
+    pub password_sha256: Vec<u8>,
+    pub created: i64,
+}
+
+impl Store {
+    pub fn create_mqtt_user(&self, user: &MqttUser) -> Result<()> {
+        self.write(|tx| {
+            let org: Option<String> =
+                tx.query_row("SELECT id FROM organizations WHERE id = ?1", [&user.org], |r| r.get(0)).optional()?;
+            if org.is_none() {
+                return Err(StoreError::BadReference(format!("no organisation {:?}", user.org)));
+            }
+            let taken: Option<i64> =
+                tx.query_row("SELECT 1 FROM mqtt_users WHERE username = ?1", [&user.username], |r| r.get(0)).optional()?;
+            if taken.is_some() {
+                return Err(StoreError::Duplicate(format!("an MQTT user {:?} already exists", user.username)));
+            }
+            tx.exec(
+                "INSERT INTO mqtt_users (username, org, receiver, password_sha256, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+                (&user.username, &user.org, user.receiver, &user.password_sha256, now_secs()),
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn mqtt_user(&self, username: &str) -> Result<Option<MqttUser>> {
+        self.read(|tx| {
+            Ok(tx
+                .prepare_cached(
+                    "SELECT username, org, receiver, password_sha256, created FROM mqtt_users WHERE username = ?1",
+                )?
+                .query_row([username], user_from_row)
+                .optional()?)
+        })
+    }
+
+    pub fn mqtt_users(&self) -> Result<Vec<MqttUser>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT username, org, receiver, password_sha256, created FROM mqtt_users ORDER BY org, username",
+            )?;
+            let rows = stmt.query_map([], user_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    pub fn delete_mqtt_user(&self, username: &str) -> Result<()> {
+        self.write(|tx| match tx.exec("DELETE FROM mqtt_users WHERE username = ?1", [username])? {
+            0 => Err(StoreError::NotFound),
+            _ => Ok(()),
+        })
+    }
+}
+
+fn user_from_row(r: &rusqlite::Row) -> rusqlite::Result<MqttUser> {
+    Ok(MqttUser {
+        username: r.get(0)?,
+        org: r.get(1)?,
+        receiver: r.get(2)?,
+        password_sha256: r.get(3)?,
+        created: r.get(4)?,
+    })
+}
+
+impl Store {
+    /// The last published state of every device: (device id, state, Unix ms).
+    pub fn device_states(&self) -> Result<Vec<(i64, String, i64)>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached("SELECT device_id, state, t_ms FROM device_states ORDER BY device_id")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Records published states (device id, state, Unix ms), in one transaction; devices
+    /// deleted meanwhile are skipped.
+    pub fn set_device_states(&self, states: &[(i64, &str, i64)]) -> Result<()> {
+        self.write(|tx| {
+            for (id, state, t_ms) in states {
+                tx.exec(
+                    "INSERT INTO device_states (device_id, state, t_ms)
+                     SELECT id, ?2, ?3 FROM devices WHERE id = ?1
+                     ON CONFLICT (device_id) DO UPDATE SET state = excluded.state, t_ms = excluded.t_ms",
+                    (id, state, t_ms),
+                )?;
+            }
+            Ok(())
+        })
+    }
+}

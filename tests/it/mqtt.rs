@@ -1,0 +1,213 @@
+//! The embedded MQTT broker as clients see it: credentials made with the CLI, CONNACK
+//! refusals, and isolation between organisations (subscriptions, publishes, will messages,
+//! client ids). Real MQTT 3.1.1 clients (rumqttc) over loopback.
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rumqttc::{
+    Client, ConnectReturnCode, ConnectionError, Event, LastWill, MqttOptions, Packet, QoS, SubscribeReasonCode,
+};
+
+use crate::support::*;
+
+pub fn mqtt_addr(s: &Service) -> SocketAddr {
+    s.ready_line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mqtt="))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no mqtt= in the ready line {:?}", s.ready_line))
+}
+
+/// Creates MQTT credentials with the CLI; returns the password.
+pub fn mqtt_user(s: &Service, org: &str, username: &str, receiver: bool) -> String {
+    let mut args = vec!["mqtt-user", "add", "--org", org, "--username", username];
+    if receiver {
+        args.push("--receiver");
+    }
+    let out = s.cli(&args);
+    assert!(out.status.success(), "mqtt-user add: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A connected client; what it receives arrives on `events`.
+pub struct Mqtt {
+    pub client: Client,
+    pub events: mpsc::Receiver<Packet>,
+}
+
+/// How a connection attempt ended.
+#[derive(Debug, PartialEq)]
+pub enum Refused {
+    Code(ConnectReturnCode),
+    Closed(String),
+}
+
+pub fn connect(addr: SocketAddr, client_id: &str, user: &str, password: &str) -> Result<Mqtt, Refused> {
+    connect_with(addr, client_id, user, password, |_| {})
+}
+
+pub fn connect_with(
+    addr: SocketAddr,
+    client_id: &str,
+    user: &str,
+    password: &str,
+    tweak: impl FnOnce(&mut MqttOptions),
+) -> Result<Mqtt, Refused> {
+    let mut options = MqttOptions::new(client_id, addr.ip().to_string(), addr.port());
+    options.set_credentials(user, password).set_keep_alive(Duration::from_secs(30));
+    tweak(&mut options);
+    let (client, mut connection) = Client::new(options, 100);
+    let (tx, rx) = mpsc::channel();
+    let (ack_tx, ack_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut acked = false;
+        for event in connection.iter() {
+            match event {
+                Ok(Event::Incoming(Packet::ConnAck(_))) if !acked => {
+                    acked = true;
+                    let _ = ack_tx.send(Ok(()));
+                }
+                Ok(Event::Incoming(p)) => {
+                    if tx.send(p).is_err() {
+                        return;
+                    }
+                }
+                Ok(Event::Outgoing(_)) => {}
+                Err(e) => {
+                    if !acked {
+                        let _ = ack_tx.send(Err(match e {
+                            ConnectionError::ConnectionRefused(code) => Refused::Code(code),
+                            other => Refused::Closed(other.to_string()),
+                        }));
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    match ack_rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(())) => Ok(Mqtt { client, events: rx }),
+        Ok(Err(r)) => Err(r),
+        Err(_) => Err(Refused::Closed("no CONNACK within 30 s".into())),
+    }
+}
+
+impl Mqtt {
+    /// Subscribes and returns the SUBACK's return code.
+    pub fn subscribe(&self, filter: &str) -> SubscribeReasonCode {
+        self.client.subscribe(filter, QoS::AtLeastOnce).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(Packet::SubAck(ack)) => return ack.return_codes[0],
+                Ok(_) => {}
+                Err(_) => panic!("no SUBACK for {filter}"),
+            }
+        }
+    }
+
+    /// The next PUBLISH within `wait`, if any.
+    pub fn next_publish(&self, wait: Duration) -> Option<rumqttc::Publish> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(Packet::Publish(p)) => return Some(p),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    pub fn publish(&self, topic: &str, payload: &str) {
+        self.client.publish(topic, QoS::AtLeastOnce, false, payload.as_bytes().to_vec()).unwrap();
+    }
+}
+
+fn mqtt_config() -> String {
+    BASE_CONFIG.to_string()
+}
+
+#[test]
+fn credentials_are_checked_and_refused_with_a_connack() {
+    let s = Service::start_with("mqtt_credentials", Options { config: &mqtt_config(), ..Default::default() });
+    let addr = mqtt_addr(&s);
+    let password = mqtt_user(&s, "acme", "intercom-1", false);
+    assert_eq!(password.len(), 64, "a random password is printed once: {password:?}");
+
+    assert_eq!(
+        connect(addr, "c1", "intercom-1", "wrong").err(),
+        Some(Refused::Code(ConnectReturnCode::BadUserNamePassword))
+    );
+    assert_eq!(
+        connect(addr, "c2", "nobody", &password).err(),
+        Some(Refused::Code(ConnectReturnCode::BadUserNamePassword))
+    );
+    assert!(connect(addr, "c3", "intercom-1", &password).is_ok());
+
+    // Bad input to the CLI: an unknown organisation, a duplicate username.
+    let out = s.cli(&["mqtt-user", "add", "--org", "nowhere", "--username", "x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = s.cli(&["mqtt-user", "add", "--org", "acme", "--username", "intercom-1"]);
+    assert!(!out.status.success());
+    // Listing shows the users, never a password or its hash.
+    let out = s.cli(&["mqtt-user", "list"]);
+    let list = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(list, "intercom-1\tacme\t\n");
+    // A deleted user cannot connect any more.
+    assert!(s.cli(&["mqtt-user", "delete", "--username", "intercom-1"]).status.success());
+    assert_eq!(
+        connect(addr, "c4", "intercom-1", &password).err(),
+        Some(Refused::Code(ConnectReturnCode::BadUserNamePassword))
+    );
+}
+
+#[test]
+fn organisations_cannot_see_or_write_each_others_topics() {
+    let s = Service::start_with("mqtt_isolation", Options { config: &mqtt_config(), ..Default::default() });
+    let addr = mqtt_addr(&s);
+    let acme_pw = mqtt_user(&s, "acme", "acme-app", false);
+    let globex_pw = mqtt_user(&s, "globex", "globex-app", false);
+    let acme = connect(addr, "acme-sub", "acme-app", &acme_pw).unwrap();
+    let globex = connect(addr, "globex-sub", "globex-app", &globex_pw).unwrap();
+
+    // Subscriptions: only under one's own organisation, naming it literally.
+    assert_eq!(acme.subscribe("acme/#"), SubscribeReasonCode::Success(QoS::AtLeastOnce));
+    for filter in ["acme/#", "#", "+/+/data", "$SYS/#"] {
+        assert_eq!(globex.subscribe(filter), SubscribeReasonCode::Failure, "{filter}");
+    }
+    assert_eq!(globex.subscribe("globex/#"), SubscribeReasonCode::Success(QoS::AtLeastOnce));
+
+    // Publishes: into another organisation, or onto the gateway's feed topics, are dropped
+    // (MQTT 3.1.1 has no way to say no); a free topic of one's own goes through.
+    globex.publish("acme/notes", "from globex");
+    acme.publish("acme/5.1.22/alert", "forged alert");
+    acme.publish("acme/receivers/r1/adverts", "not a receiver");
+    acme.publish("acme/notes", "hello");
+    let got = acme.next_publish(Duration::from_secs(10)).expect("acme's own message");
+    assert_eq!((got.topic.as_str(), &got.payload[..]), ("acme/notes", &b"hello"[..]));
+    assert!(acme.next_publish(Duration::from_secs(2)).is_none(), "nothing else reaches acme");
+    assert!(globex.next_publish(Duration::from_millis(500)).is_none(), "nothing of acme reaches globex");
+
+    // A will message obeys the same rules: a will on another organisation's topic is refused.
+    let will = connect_with(addr, "globex-will", "globex-app", &globex_pw, |o| {
+        o.set_last_will(LastWill::new("acme/notes", "gone", QoS::AtLeastOnce, false));
+    });
+    assert_eq!(will.err(), Some(Refused::Code(ConnectReturnCode::NotAuthorized)));
+
+    // A client id in use by one organisation is not taken over by another (its session,
+    // subscriptions and queue would change hands); the owner may reconnect with it.
+    assert_eq!(
+        connect(addr, "acme-sub", "globex-app", &globex_pw).err(),
+        Some(Refused::Code(ConnectReturnCode::NotAuthorized))
+    );
+    acme.publish("acme/notes", "still mine");
+    let got = acme.next_publish(Duration::from_secs(10)).expect("acme's session is intact");
+    assert_eq!(&got.payload[..], b"still mine");
+    drop(acme);
+    assert!(connect(addr, "acme-sub", "acme-app", &acme_pw).is_ok());
+}
