@@ -17,7 +17,7 @@ file "$bin" | grep -q "statically linked" || { echo "cross/smoke.sh: $bin is not
 
 export SITEGATE_BIN="$PWD/$bin"
 export SITEGATE_RUNNER="qemu-aarch64-static -cpu cortex-a53"
-filter='test(/^(records|activities|access)::/) | test(=cli::user_and_group_commands) | test(=cli::version_prints_the_version) | test(=ops::health_and_metrics) | test(=http::sigterm_stops_the_service_cleanly) | test(=batch::batch_golden) | test(=webhooks::every_event_is_delivered_signed_and_in_order)'
+filter='test(/^(records|activities|access)::/) | test(=cli::user_and_group_commands) | test(=cli::version_prints_the_version) | test(=ops::health_and_metrics) | test(=http::sigterm_stops_the_service_cleanly) | test(=batch::batch_golden) | test(=webhooks::every_event_is_delivered_signed_and_in_order) | test(=mqtt::organisations_cannot_see_or_write_each_others_topics)'
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --test it -E "$filter"
 else

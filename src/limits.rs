@@ -265,3 +265,10 @@ pub const MQTT_FEED_DEVICES_REFRESH_MS: u64 = 60_000;
 
 /// Length of an MQTT username.
 pub const MQTT_USERNAME_CHARS_MAX: usize = 128;
+
+/// Adverts in one message of a remote receiver (`{org}/receivers/{id}/adverts`).
+pub const MQTT_INGEST_ADVERTS_PER_MESSAGE_MAX: usize = 1_000;
+
+/// A remote receiver not heard for this long is named in /health (`[location]
+/// receiver_silent_s`).
+pub const LOCATION_RECEIVER_SILENT_S_DEFAULT: u64 = 300;

@@ -50,6 +50,11 @@ pub struct Metrics {
     pub ble_adverts: Gauge<i64, AtomicI64>,
     pub ble_dropped: Gauge<i64, AtomicI64>,
     pub ble_rounds: Gauge<i64, AtomicI64>,
+    pub mqtt_connections: Gauge<i64, AtomicI64>,
+    pub mqtt_refused: Gauge<i64, AtomicI64>,
+    pub mqtt_published: Gauge<i64, AtomicI64>,
+    pub mqtt_dropped: Gauge<i64, AtomicI64>,
+    pub mqtt_feed_dropped: Gauge<i64, AtomicI64>,
 }
 
 /// Request latency buckets, seconds: 0.25 ms to ~4 s.
@@ -120,6 +125,19 @@ impl Metrics {
         );
         let ble_rounds = Gauge::<i64, AtomicI64>::default();
         registry.register("ble_scan_rounds", "BLE scan rounds started (1 + restarts)", ble_rounds.clone());
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::<i64, AtomicI64>::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let mqtt_connections = gauge(&mut registry, "mqtt_connections", "MQTT clients connected now");
+        let mqtt_refused =
+            gauge(&mut registry, "mqtt_refused", "MQTT connections refused since start (credentials, will topic)");
+        let mqtt_published = gauge(&mut registry, "mqtt_published", "Feed messages published since start");
+        let mqtt_dropped =
+            gauge(&mut registry, "mqtt_dropped", "MQTT messages dropped for subscribers that did not keep up");
+        let mqtt_feed_dropped =
+            gauge(&mut registry, "mqtt_feed_dropped", "Feed messages dropped because the broker's queue was full");
         let webhook_failed = Gauge::<i64, AtomicI64>::default();
         registry.register("webhook_failed", "Webhook deliveries that failed for good (kept)", webhook_failed.clone());
         Metrics {
@@ -131,6 +149,11 @@ impl Metrics {
             ble_adverts,
             ble_dropped,
             ble_rounds,
+            mqtt_connections,
+            mqtt_refused,
+            mqtt_published,
+            mqtt_dropped,
+            mqtt_feed_dropped,
             started: Instant::now(),
             requests,
             request_seconds,

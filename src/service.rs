@@ -169,28 +169,14 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             .map_err(|e| ServeError::Io(format!("cannot start webhook delivery: {e}")))?;
     deliverer.wake();
 
-    // The MQTT broker, and the feed from the location engine into it.
-    let mut broker = None;
-    let mut feed = None;
-    let mut feed_task = None;
-    if config.mqtt.enabled {
-        let b = runtime
-            .block_on(crate::mqtt::broker::Broker::start(
-                &config.mqtt.broker,
-                Arc::clone(&store),
-                Arc::clone(&app.mqtt),
-            ))
-            .map_err(ServeError::Io)?;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::mqtt::feed::FeedMessage>(limits::MQTT_FEED_QUEUE_MAX);
-        let publisher = b.publisher();
-        feed_task = Some(runtime.spawn(async move {
-            while let Some(m) = rx.recv().await {
-                publisher.publish(m.topic, m.payload, m.retain).await;
-            }
-        }));
-        feed = Some(crate::mqtt::feed::Feed::new(tx, config.site.timezone.clone(), Arc::clone(&app.mqtt)));
-        broker = Some(b);
-    }
+    // The location engine, the feed from it into the MQTT broker, and the broker (whose
+    // remote receivers feed the engine).
+    let (feed_tx, mut feed_rx) =
+        tokio::sync::mpsc::channel::<crate::mqtt::feed::FeedMessage>(limits::MQTT_FEED_QUEUE_MAX);
+    let feed = config
+        .mqtt
+        .enabled
+        .then(|| crate::mqtt::feed::Feed::new(feed_tx, config.site.timezone.clone(), Arc::clone(&app.mqtt)));
     let location = crate::location::service::LocationService::start(
         Arc::clone(&store),
         Arc::clone(&app.site),
@@ -199,6 +185,32 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         feed,
     )
     .map_err(|e| ServeError::Io(format!("cannot start the location engine: {e}")))?;
+    let ingest = Arc::new(crate::mqtt::ingest::Ingest::new(location.adverts.clone(), receiver_ids(&config.site_map)));
+    app.set_ingest(Arc::clone(&ingest));
+    let mut broker = None;
+    let mut feed_task = None;
+    if config.mqtt.enabled {
+        let started = runtime.block_on(crate::mqtt::broker::Broker::start(
+            &config.mqtt.broker,
+            Arc::clone(&store),
+            Arc::clone(&app.mqtt),
+            Arc::clone(&ingest),
+        ));
+        let b = match started {
+            Ok(b) => b,
+            Err(e) => {
+                location.stop();
+                return Err(ServeError::Io(e));
+            }
+        };
+        let publisher = b.publisher();
+        feed_task = Some(runtime.spawn(async move {
+            while let Some(m) = feed_rx.recv().await {
+                publisher.publish(m.topic, m.payload, m.retain).await;
+            }
+        }));
+        broker = Some(b);
+    }
     let ble_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ble = (config.location.scan == crate::location::site::Scan::Auto).then(|| {
         runtime.spawn(crate::location::ble::run(
@@ -319,6 +331,9 @@ fn reload_site(config: &Config, app: &App, location: &crate::location::service::
                 state.engine = new.location.engine.clone();
             }
             location.site_changed();
+            if let Some(ingest) = app.ingest.get() {
+                *ingest.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = receiver_ids(&new.site_map);
+            }
             log::info!(
                 "SIGHUP: site map reloaded from {} ({} zones, {} receivers)",
                 path.display(),
@@ -328,6 +343,11 @@ fn reload_site(config: &Config, app: &App, location: &crate::location::service::
         }
         Err(e) => log::warn!("SIGHUP: {} not reloaded: {e}", path.display()),
     }
+}
+
+/// The receiver ids of the site map (remote receivers may speak for these).
+fn receiver_ids(site: &crate::location::site::Site) -> Vec<Arc<str>> {
+    site.receivers.iter().map(|r| Arc::from(r.id.as_str())).collect()
 }
 
 /// Pings systemd's watchdog while the runtime runs and the database answers a read in time.

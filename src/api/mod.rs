@@ -51,6 +51,8 @@ pub struct App {
     pub scan: Arc<crate::location::ble::ScanState>,
     /// The broker's counters (zero while it is off).
     pub mqtt: Arc<crate::mqtt::broker::BrokerStats>,
+    /// Remote receivers (set once the location engine runs).
+    pub ingest: std::sync::OnceLock<Arc<crate::mqtt::ingest::Ingest>>,
 }
 
 /// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
@@ -197,7 +199,7 @@ impl App {
         let site = crate::location::service::site_handle(Arc::clone(&config.site_map), config.location.engine.clone());
         let scan = Arc::new(crate::location::ble::ScanState::default());
         let mqtt = Arc::default();
-        Ok(App { config, store, quota, fault_injection, metrics, site, scan, mqtt })
+        Ok(App { config, store, quota, fault_injection, metrics, site, scan, mqtt, ingest: Default::default() })
     }
 
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
@@ -284,6 +286,41 @@ impl App {
         }
     }
 
+    pub fn set_ingest(&self, ingest: Arc<crate::mqtt::ingest::Ingest>) {
+        let _ = self.ingest.set(ingest);
+    }
+
+    /// The remote receivers of the site map for /health: when each was last heard, and
+    /// whether it has been silent longer than `[location] receiver_silent_s`.
+    fn receivers_out(&self) -> Out {
+        let Some(ingest) = self.ingest.get() else {
+            return Out::list("receiver", Vec::new());
+        };
+        let now = crate::timefmt::now_ms();
+        let started = now - i64::try_from(self.metrics.uptime_secs() * 1000).unwrap_or(0);
+        let silent_ms = i64::try_from(self.config.location.receiver_silent_s * 1000).unwrap_or(i64::MAX);
+        let known = ingest.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let heard = ingest.last_heard_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let items = known
+            .iter()
+            .filter(|r| r.as_ref() != self.config.location.adapter)
+            .map(|r| {
+                let last = heard.get(r).copied();
+                let silent = now - last.unwrap_or(started) > silent_ms;
+                Out::map()
+                    .with("id", Out::text(r.as_ref()))
+                    .with(
+                        "lastadvert",
+                        Out::text(
+                            last.map(|t| crate::timefmt::local_ms(t, &self.config.site.timezone)).unwrap_or_default(),
+                        ),
+                    )
+                    .with("silent", Out::Int(i64::from(silent)))
+            })
+            .collect();
+        Out::list("receiver", items)
+    }
+
     /// The broker's state for /health.
     fn mqtt_out(&self) -> Out {
         use std::sync::atomic::Ordering::Relaxed;
@@ -313,6 +350,7 @@ impl App {
                 }),
             )
             .with("adverts", Out::Int(i64::try_from(s.adverts.load(Relaxed)).unwrap_or(i64::MAX)))
+            .with("receivers", self.receivers_out())
             .with("dropped", Out::Int(i64::try_from(s.dropped.load(Relaxed)).unwrap_or(i64::MAX)))
             .with(
                 "lastadvert",
@@ -357,6 +395,13 @@ impl App {
             self.metrics.ble_adverts.set(i64::try_from(s.adverts.load(Relaxed)).unwrap_or(i64::MAX));
             self.metrics.ble_dropped.set(i64::try_from(s.dropped.load(Relaxed)).unwrap_or(i64::MAX));
             self.metrics.ble_rounds.set(i64::try_from(s.rounds.load(Relaxed)).unwrap_or(i64::MAX));
+            let m = &self.mqtt;
+            let n = |v: &std::sync::atomic::AtomicU64| i64::try_from(v.load(Relaxed)).unwrap_or(i64::MAX);
+            self.metrics.mqtt_connections.set(m.connections.load(Relaxed));
+            self.metrics.mqtt_refused.set(n(&m.auth_refused));
+            self.metrics.mqtt_published.set(n(&m.published));
+            self.metrics.mqtt_dropped.set(n(&m.dropped));
+            self.metrics.mqtt_feed_dropped.set(n(&m.feed_dropped));
         }
         self.metrics.viewed_dropped.set(i64::try_from(self.store.viewed_dropped()).unwrap_or(i64::MAX));
         Response {

@@ -22,6 +22,7 @@ pub struct RawLocation {
     pub away_timeout_ms: Option<u64>,
     pub update_interval_ms: Option<u64>,
     pub retention_days: Option<u64>,
+    pub receiver_silent_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -126,6 +127,8 @@ pub struct LocationConfig {
     pub scan_watchdog_s: u64,
     pub engine: EngineSettings,
     pub retention_days: u64,
+    /// A remote receiver not heard for this long is reported in /health.
+    pub receiver_silent_s: u64,
 }
 
 impl LocationConfig {
@@ -146,6 +149,7 @@ impl LocationConfig {
             away_timeout_ms: Some(e.away_timeout_ms),
             update_interval_ms: Some(e.update_interval_ms),
             retention_days: Some(self.retention_days),
+            receiver_silent_s: Some(self.receiver_silent_s),
         }
     }
 }
@@ -404,6 +408,13 @@ pub fn resolve_location(raw: &RawLocation) -> Result<LocationConfig, ConfigError
             limits::LOCATION_RETENTION_DAYS_DEFAULT,
             1,
             3650,
+        )?,
+        receiver_silent_s: bounded(
+            "location.receiver_silent_s",
+            raw.receiver_silent_s,
+            limits::LOCATION_RECEIVER_SILENT_S_DEFAULT,
+            10,
+            86_400,
         )?,
     })
 }

@@ -80,7 +80,7 @@ impl<R: BufRead> TraceReader<R> {
     }
 }
 
-fn hex_map(map: &BTreeMap<&str, &str>) -> Option<Vec<(u16, Vec<u8>)>> {
+pub fn hex_map(map: &BTreeMap<&str, &str>) -> Option<Vec<(u16, Vec<u8>)>> {
     map.iter()
         .map(|(k, v)| {
             if k.len() != 4 {

@@ -27,6 +27,7 @@ use rmqtt::types::{
 use subtle::ConstantTimeEq;
 
 use super::acl::{self, Principal};
+use super::ingest::{Ingest, IngestError};
 use crate::limits;
 use crate::store::Store;
 
@@ -78,6 +79,7 @@ impl Broker {
         settings: &BrokerSettings,
         store: Arc<Store>,
         stats: Arc<BrokerStats>,
+        ingest: Arc<Ingest>,
     ) -> Result<Broker, String> {
         let scx = ServerContext::new()
             // The busy check refuses CONNECTs when the load average is high: a small gateway
@@ -93,6 +95,7 @@ impl Broker {
             principals: Mutex::new(HashMap::new()),
             scx: scx.clone(),
             stats: Arc::clone(&stats),
+            ingest,
         });
         let register = scx.extends.hook_mgr().register();
         for typ in [
@@ -103,6 +106,7 @@ impl Broker {
             Type::MessageDropped,
             Type::ClientConnected,
             Type::ClientDisconnected,
+            Type::MessagePublish,
         ] {
             register.add(typ, Box::new(HookHandler(Arc::clone(&hooks)))).await;
         }
@@ -188,6 +192,7 @@ struct Hooks {
     principals: Mutex<HashMap<String, (Principal, i64)>>,
     scx: ServerContext,
     stats: Arc<BrokerStats>,
+    ingest: Arc<Ingest>,
 }
 
 struct HookHandler(Arc<Hooks>);
@@ -295,6 +300,19 @@ impl Handler for HookHandler {
                 // Only if no newer connection with the same client id took the entry over.
                 if map.get(client_id).is_some_and(|(_, t)| *t == session.id.create_time) {
                     map.remove(client_id);
+                }
+                (true, acc)
+            }
+            // A receiver's adverts go to the engine (the ACL let only receivers publish there).
+            Parameter::MessagePublish(Some(session), _, publish) => {
+                if let Some(p) = h.principal(&session.id.client_id).filter(|p| p.receiver || p.unrestricted) {
+                    match h.ingest.publish(&p.org, &publish.topic, &publish.payload, crate::timefmt::now_ms()) {
+                        Ok(_) | Err(IngestError::NotIngest) => {}
+                        Err(e) => {
+                            h.ingest.rejected.fetch_add(1, Ordering::Relaxed);
+                            log::debug!("mqtt: {:?} on {:?} not taken: {e:?}", session.id.client_id, publish.topic);
+                        }
+                    }
                 }
                 (true, acc)
             }

@@ -5,3 +5,4 @@ pub mod acl;
 pub mod broker;
 pub mod config;
 pub mod feed;
+pub mod ingest;

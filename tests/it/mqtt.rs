@@ -164,6 +164,10 @@ fn credentials_are_checked_and_refused_with_a_connack() {
         connect(addr, "c4", "intercom-1", &password).err(),
         Some(Refused::Code(ConnectReturnCode::BadUserNamePassword))
     );
+    // Refusals are counted for the operator.
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(health["mqtt"]["refused"], 3, "{health}");
+    assert!(s.anonymous().get("/metrics").body.contains("sitegate_mqtt_refused 3"));
 }
 
 #[test]
@@ -210,4 +214,71 @@ fn organisations_cannot_see_or_write_each_others_topics() {
     assert_eq!(&got.payload[..], b"still mine");
     drop(acme);
     assert!(connect(addr, "acme-sub", "acme-app", &acme_pw).is_ok());
+}
+
+/// Remote receivers publish what they hear; it feeds the same engine as the local adapter:
+/// our advert lines on `{org}/receivers/{id}/adverts`, and ESPresense's topics unchanged.
+#[test]
+fn remote_receivers_feed_the_engine() {
+    let config = format!(
+        "{BASE_CONFIG}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
+        crate::location::SITE
+    );
+    let s = Service::start_with("mqtt_remote_receivers", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
+    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
+        .assert_status(201);
+    let addr = mqtt_addr(&s);
+    let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
+    let app_pw = mqtt_user(&s, "acme", "app", false);
+    let scanner = connect(addr, "scanner-1", "scanner", &scanner_pw).unwrap();
+    let app = connect(addr, "app-1", "app", &app_pw).unwrap();
+    app.subscribe("acme/+/data");
+
+    // Our advert lines from the receiver in the office (rx-b, zone 22): two lines a message.
+    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
+    let lines = format!(
+        "{{\"t_ms\":2,\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-61,\"mfg\":{{\"004c\":\"{frame}\"}}}}\n\
+         {{\"t_ms\":1,\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}\n"
+    );
+    let zone_of = |p: &rumqttc::Publish| -> i64 {
+        let v: serde_json::Value = serde_json::from_slice(&p.payload).unwrap();
+        v["data"]["proximity"]["value"]["zoneId"].as_i64().unwrap()
+    };
+    let mut seen = None;
+    for _ in 0..200 {
+        scanner.publish("acme/receivers/rx-b/adverts", &lines);
+        if let Some(p) = app.next_publish(Duration::from_millis(300)) {
+            seen = Some(zone_of(&p));
+            break;
+        }
+    }
+    assert_eq!(seen, Some(22), "the office receiver placed the badge in the office");
+
+    // An ESPresense node in the kitchen (room "rx-a") hears it much better from now on.
+    let topic = format!("espresense/devices/iBeacon:{uuid}-5-22/rx-a");
+    let report = r#"{"id":"iBeacon:x","rssi@1m":-59,"rssi":-45,"raw":0.3,"distance":0.3}"#;
+    let mut moved = false;
+    for _ in 0..200 {
+        scanner.publish(&topic, report);
+        while let Some(p) = app.next_publish(Duration::from_millis(100)) {
+            moved |= zone_of(&p) == 21;
+        }
+        if moved {
+            break;
+        }
+    }
+    assert!(moved, "the ESPresense report moved the badge to the kitchen");
+
+    // Both receivers are reported heard; adverts for receivers the site map does not know
+    // are not taken.
+    scanner.publish("acme/receivers/nowhere/adverts", &lines);
+    let health = s.anonymous().get_json("/health").json();
+    let receivers = health["location"]["receivers"].as_array().cloned().unwrap_or_default();
+    assert_eq!(receivers.len(), 2, "{health}");
+    for r in &receivers {
+        assert!(!r["lastadvert"].as_str().unwrap().is_empty(), "{r}");
+        assert_eq!(r["silent"], 0, "{r}");
+    }
 }
