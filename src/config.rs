@@ -59,6 +59,7 @@ pub struct RawConfig {
     pub zones: Vec<RawZone>,
     pub receivers: Vec<RawReceiver>,
     pub tag_types: Vec<RawTagType>,
+    pub alert_rules: Vec<crate::alerts::rules::RawAlertRule>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -151,6 +152,7 @@ pub struct Config {
     pub fields: Arc<Vec<CustomField>>,
     pub location: LocationConfig,
     pub mqtt: crate::mqtt::config::MqttConfig,
+    pub alert_rules: Arc<Vec<crate::alerts::rules::Rule>>,
     /// The site map: areas, buildings, floors, zones, receivers, tag types.
     pub site_map: Arc<Site>,
 }
@@ -532,6 +534,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         receivers: &raw.receivers,
         tag_types: &raw.tag_types,
     })?;
+    let alert_rules = crate::alerts::rules::resolve_rules(&raw.alert_rules, &site_map)?;
 
     Ok(Config {
         source: source.map(Path::to_path_buf),
@@ -557,6 +560,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         fields: Arc::new(fields),
         location,
         mqtt,
+        alert_rules: Arc::new(alert_rules),
         site_map: Arc::new(site_map),
     })
 }
@@ -676,8 +680,9 @@ impl Config {
                 .site_map
                 .tag_types
                 .iter()
-                .map(|t| RawTagType { id: t.id, title: t.title.clone() })
+                .map(|t| RawTagType { id: t.id, title: t.title.clone(), alarm: t.alarm.map(|a| a.to_text()) })
                 .collect(),
+            alert_rules: self.alert_rules.iter().map(crate::alerts::rules::Rule::to_raw).collect(),
         };
         let mut out = String::new();
         match &self.source {

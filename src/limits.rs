@@ -272,3 +272,20 @@ pub const MQTT_INGEST_ADVERTS_PER_MESSAGE_MAX: usize = 1_000;
 /// A remote receiver not heard for this long is named in /health (`[location]
 /// receiver_silent_s`).
 pub const LOCATION_RECEIVER_SILENT_S_DEFAULT: u64 = 300;
+
+// --- Alerts ------------------------------------------------------------------------------
+
+/// `[[alert_rules]]` entries.
+pub const ALERT_RULES_MAX: usize = 200;
+
+/// A rule fires at most once per device in this many seconds (`repeat_s`).
+pub const ALERT_REPEAT_S_DEFAULT: u64 = 300;
+
+/// (rule, device) pairs whose last alert time is remembered for the rate limit.
+pub const ALERT_STATE_ENTRIES_MAX: usize = 100_000;
+
+/// Alerts `GET /alerts` returns at most.
+pub const ALERT_LIST_MAX: u32 = 1_000;
+
+/// Alerts forgotten per purge write (older than `[location] retention_days`).
+pub const ALERT_PURGE_ROWS_MAX: u32 = 2_000;

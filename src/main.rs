@@ -5,6 +5,7 @@
 //! status in one place (78 for a configuration error, as systemd's RestartPreventExitStatus
 //! expects).
 
+mod alerts;
 mod api;
 mod auth;
 mod cli;

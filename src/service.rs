@@ -329,6 +329,7 @@ fn reload_site(config: &Config, app: &App, location: &crate::location::service::
                 let mut state = app.site.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 state.site = Arc::clone(&new.site_map);
                 state.engine = new.location.engine.clone();
+                state.rules = Arc::clone(&new.alert_rules);
             }
             location.site_changed();
             if let Some(ingest) = app.ingest.get() {

@@ -4,6 +4,7 @@
 //! routing and rendering.
 
 mod activities;
+mod alerts;
 mod batch;
 pub mod error;
 pub mod input;
@@ -196,7 +197,11 @@ impl App {
         let saved = store.load_quota(hour)?;
         let quota = Quota::new(config.api.quota_calls_per_hour, hour, saved);
         let fault_injection = std::env::var("SITEGATE_FAULT_INJECTION").is_ok_and(|v| v == "1");
-        let site = crate::location::service::site_handle(Arc::clone(&config.site_map), config.location.engine.clone());
+        let site = crate::location::service::site_handle(
+            Arc::clone(&config.site_map),
+            config.location.engine.clone(),
+            Arc::clone(&config.alert_rules),
+        );
         let scan = Arc::new(crate::location::ble::ScanState::default());
         let mqtt = Arc::default();
         Ok(App { config, store, quota, fault_injection, metrics, site, scan, mqtt, ingest: Default::default() })
@@ -486,6 +491,14 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiErr
                 _ => allow(&["GET", "PUT", "DELETE"]),
             }
         }
+        ["alerts"] => match *method {
+            Method::GET => alerts::list(ctx),
+            _ => allow(&["GET"]),
+        },
+        ["alerts", id, "ack"] if is_id(id) => match *method {
+            Method::POST => alerts::ack(ctx, parse_id(id)?),
+            _ => allow(&["POST"]),
+        },
         ["locate"] => match *method {
             Method::GET | Method::POST => location::locate(ctx),
             _ => allow(&["GET", "POST"]),

@@ -25,12 +25,13 @@ use crate::timefmt::now_ms;
 pub struct SiteState {
     pub site: Arc<Site>,
     pub engine: EngineSettings,
+    pub rules: Arc<Vec<crate::alerts::rules::Rule>>,
 }
 
 pub type SiteHandle = Arc<RwLock<SiteState>>;
 
-pub fn site_handle(site: Arc<Site>, engine: EngineSettings) -> SiteHandle {
-    Arc::new(RwLock::new(SiteState { site, engine }))
+pub fn site_handle(site: Arc<Site>, engine: EngineSettings, rules: Arc<Vec<crate::alerts::rules::Rule>>) -> SiteHandle {
+    Arc::new(RwLock::new(SiteState { site, engine, rules }))
 }
 
 pub fn current(handle: &SiteHandle) -> SiteState {
@@ -79,10 +80,15 @@ impl LocationService {
     }
 }
 
-fn refresh_feed_devices(store: &Store, feed: &mut Feed) {
+fn refresh_devices(store: &Store, feed: Option<&mut Feed>, alerts: &mut crate::alerts::Alerts) {
     match store.devices(None) {
-        Ok(devices) => feed.set_devices(&devices),
-        Err(e) => log::warn!("location: cannot read the devices for the feed: {e}"),
+        Ok(devices) => {
+            if let Some(feed) = feed {
+                feed.set_devices(&devices);
+            }
+            alerts.set_devices(&devices);
+        }
+        Err(e) => log::warn!("location: cannot read the devices for the feed and alerts: {e}"),
     }
 }
 
@@ -186,8 +192,10 @@ fn run(
     let away_timeout_ms = i64::try_from(state.engine.away_timeout_ms).unwrap_or(i64::MAX);
     let mut pipeline = Pipeline::new(state.site, Registry::new(load_registry(store)), state.engine);
     let mut version = store.devices_version().unwrap_or(-1);
+    let mut alerts = crate::alerts::Alerts::new(Arc::clone(&state.rules));
+    let mut fired = Vec::new();
+    refresh_devices(store, feed.as_mut(), &mut alerts);
     if let Some(feed) = &mut feed {
-        refresh_feed_devices(store, feed);
         feed.restore(store, now_ms(), away_timeout_ms);
     }
     let mut last_feed_refresh = Instant::now();
@@ -203,6 +211,7 @@ fn run(
                     && let Some(key) = pipeline.registry.key(heard.device)
                 {
                     pending.seen.insert(key, advert.t_ms);
+                    alerts.advert(&pipeline.site, key, &advert, &mut fired);
                     if let Some(mv) = heard.battery_mv {
                         pending.battery.insert(key, (advert.t_ms, Some(mv)));
                     }
@@ -222,12 +231,14 @@ fn run(
                     if let Some(feed) = &mut feed {
                         feed.batch(store, &pipeline.site, &batch.events, now_ms());
                     }
+                    alerts.batch(&batch.events, now_ms(), &mut fired);
                 }
                 Err(e) => {
                     log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
                     pending.put_back(batch);
                 }
             }
+            alerts.act(store, feed.as_mut(), &mut fired);
             let dropped = pending.take_dropped();
             if dropped > 0 {
                 log::warn!("location: {dropped} decisions and updates dropped: too many waiting for the database");
@@ -245,16 +256,12 @@ fn run(
                 version = v;
                 pipeline.registry.reload(load_registry(store));
                 log::info!("location: devices changed; the engine follows");
-                if let Some(feed) = &mut feed {
-                    refresh_feed_devices(store, feed);
-                    last_feed_refresh = Instant::now();
-                }
+                refresh_devices(store, feed.as_mut(), &mut alerts);
+                last_feed_refresh = Instant::now();
             }
             // Contact names change without the devices changing.
-            if let Some(feed) = &mut feed
-                && last_feed_refresh.elapsed() >= Duration::from_millis(limits::MQTT_FEED_DEVICES_REFRESH_MS)
-            {
-                refresh_feed_devices(store, feed);
+            if last_feed_refresh.elapsed() >= Duration::from_millis(limits::MQTT_FEED_DEVICES_REFRESH_MS) {
+                refresh_devices(store, feed.as_mut(), &mut alerts);
                 last_feed_refresh = Instant::now();
             }
         }
@@ -264,12 +271,16 @@ fn run(
             let _ = store.write_location_batch(&pending.take());
             let _ = store.close_open_visits();
             let state = current(site);
+            alerts.set_rules(&state.rules);
             let registry = std::mem::replace(&mut pipeline.registry, Registry::new(Vec::new()));
             pipeline = Pipeline::new(state.site, registry, state.engine);
             log::info!("location: the site map changed; zone state starts over");
         }
         if last_purge.is_none_or(|t| t.elapsed() >= Duration::from_secs(limits::LOCATION_PURGE_INTERVAL_S)) {
             let before = now_ms() - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX);
+            if let Err(e) = store.purge_alerts(before, limits::ALERT_PURGE_ROWS_MAX) {
+                log::warn!("location: cannot purge old alerts: {e}");
+            }
             match store.purge_locations(before, limits::LOCATION_PURGE_ROWS_MAX) {
                 // A full batch: more next round (each round one short write).
                 Ok(n) if n == limits::LOCATION_PURGE_ROWS_MAX as usize => {}

@@ -75,6 +75,9 @@ pub struct RawReceiver {
 pub struct RawTagType {
     pub id: i64,
     pub title: String,
+    /// `mfg:CCCC:BYTE:MASK` or `svc:UUUU:BYTE:MASK`: the tag's alarm (panic button) flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarm: Option<String>,
 }
 
 /// Whether sitegate scans for adverts itself (BlueZ).
@@ -198,6 +201,42 @@ pub struct Receiver {
 pub struct TagType {
     pub id: i64,
     pub title: String,
+    pub alarm: Option<AlarmFlag>,
+}
+
+/// Where a tag type's advertisement carries its alarm flag: a byte of its manufacturer data
+/// (after the company id) or service data (after the UUID), and the bits that mean "alarm".
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AlarmFlag {
+    pub service: bool,
+    pub key: u16,
+    pub byte: usize,
+    pub mask: u8,
+}
+
+impl AlarmFlag {
+    pub fn parse(s: &str) -> Option<AlarmFlag> {
+        let mut parts = s.split(':');
+        let service = match parts.next()? {
+            "mfg" => false,
+            "svc" => true,
+            _ => return None,
+        };
+        let key = parts.next().filter(|k| k.len() == 4).and_then(|k| u16::from_str_radix(k, 16).ok())?;
+        let byte = parts.next()?.parse::<usize>().ok().filter(|b| *b < 64)?;
+        let mask =
+            parts.next().filter(|m| m.len() == 2).and_then(|m| u8::from_str_radix(m, 16).ok()).filter(|m| *m != 0)?;
+        parts.next().is_none().then_some(AlarmFlag { service, key, byte, mask })
+    }
+
+    pub fn raised(&self, a: &super::beacon::Advert) -> bool {
+        let data = if self.service { &a.svc } else { &a.mfg };
+        data.iter().any(|(k, bytes)| *k == self.key && bytes.get(self.byte).is_some_and(|b| b & self.mask != 0))
+    }
+
+    pub fn to_text(self) -> String {
+        format!("{}:{:04x}:{}:{:02x}", if self.service { "svc" } else { "mfg" }, self.key, self.byte, self.mask)
+    }
 }
 
 /// The validated site map. Zones, floors and so on refer to each other by index.
@@ -319,7 +358,16 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
         if !name_ok(&t.title) {
             return Err(err(format!("tag_types[{i}].title"), "must be 1 to 255 bytes of text"));
         }
-        site.tag_types.push(TagType { id: t.id, title: t.title.clone() });
+        let alarm = match &t.alarm {
+            None => None,
+            Some(text) => Some(AlarmFlag::parse(text).ok_or_else(|| {
+                err(
+                    format!("tag_types[{i}].alarm"),
+                    "must be mfg:CCCC:BYTE:MASK or svc:UUUU:BYTE:MASK (hex, byte < 64)",
+                )
+            })?),
+        };
+        site.tag_types.push(TagType { id: t.id, title: t.title.clone(), alarm });
     }
     Ok(site)
 }

@@ -30,6 +30,10 @@ pub struct FeedMessage {
 /// Device states published on `{org}/{deviceId}/state` (`data.state`).
 pub const STATE_ONLINE: &str = "online";
 pub const STATE_OFFLINE: &str = "offline";
+/// An alarm rule fired for the device (its panic button).
+pub const STATE_ALARM: &str = "alarm";
+/// A battery rule fired for the device.
+pub const STATE_LOW_BATTERY: &str = "lowbattery";
 
 /// What the feed needs to know of a device.
 #[derive(Debug, Clone)]
@@ -128,17 +132,45 @@ pub fn data_message(site: &Site, d: &FeedDevice, at: &Placed, tz: &jiff::tz::Tim
     })
 }
 
-/// The state message (retained).
-pub fn state_message(d: &FeedDevice, state: &str, t_ms: i64, tz: &jiff::tz::TimeZone) -> Value {
+/// The state message (retained); `alarm` is the text of the alarm that set it, if any.
+pub fn state_message(d: &FeedDevice, state: &str, alarm: Option<&str>, t_ms: i64, tz: &jiff::tz::TimeZone) -> Value {
     json!({
         "deviceId": d.deviceid,
         "contactId": d.contact_id,
         "contactName": d.contact_name,
         "data": {
             "state": state,
-            "alarmEvent": {"label": "Alarm event", "value": "none"},
+            "alarmEvent": {"label": "Alarm event", "value": alarm.unwrap_or("none")},
             "timeStamp": local_ms(t_ms, tz),
         },
+    })
+}
+
+/// The alert message.
+pub struct AlertInfo<'a> {
+    pub kind: crate::alerts::rules::AlertType,
+    /// What the rule watches: enter, not_seen, battery_low or alarm.
+    pub channel: &'a str,
+    pub text: &'a str,
+    pub value: &'a str,
+    pub units: &'a str,
+    pub t_ms: i64,
+}
+
+pub fn alert_message(d: &FeedDevice, a: &AlertInfo, tz: &jiff::tz::TimeZone) -> Value {
+    json!({
+        "text": a.text,
+        "deviceId": d.deviceid,
+        "type": a.kind.as_str(),
+        "timeStamp": local_ms(a.t_ms, tz),
+        "data": {
+            "contactId": d.contact_id,
+            "contactName": d.contact_name,
+            "channel": a.channel,
+            "value": a.value,
+            "units": a.units,
+        },
+        "audio": crate::alerts::audio::base64_wav(a.kind),
     })
 }
 
@@ -178,7 +210,7 @@ impl Feed {
         let mut pending = HashSet::new();
         for (id, state, t_ms) in states {
             let Some(d) = self.devices.get(&id) else { continue };
-            let msg = state_message(d, &state, t_ms, &self.tz);
+            let msg = state_message(d, &state, None, t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);
             if state == STATE_ONLINE {
                 self.online.insert(id);
@@ -248,12 +280,28 @@ impl Feed {
         changes.sort_by_key(|c| (c.2, c.0));
         for (id, state, t_ms) in &changes {
             if let Some(d) = self.devices.get(id) {
-                let msg = state_message(d, state, *t_ms, &self.tz);
+                let msg = state_message(d, state, None, *t_ms, &self.tz);
                 self.send(topic(d, "state"), &msg, true);
             }
         }
         if let Err(e) = store.set_device_states(&changes) {
             log::warn!("mqtt: cannot store the device states: {e}");
+        }
+    }
+
+    /// Publishes an alert (Warn and Alarm) and, for alarm buttons and low batteries, the
+    /// device's new state (stored like every state).
+    pub fn alert(&mut self, store: &Store, device_id: i64, a: &AlertInfo, state: Option<&str>) {
+        let Some(d) = self.devices.get(&device_id) else { return };
+        let msg = alert_message(d, a, &self.tz);
+        self.send(topic(d, "alert"), &msg, false);
+        if let Some(state) = state {
+            let alarm = (state == STATE_ALARM).then_some(a.text);
+            let msg = state_message(d, state, alarm, a.t_ms, &self.tz);
+            self.send(topic(d, "state"), &msg, true);
+            if let Err(e) = store.set_device_states(&[(device_id, state, a.t_ms)]) {
+                log::warn!("mqtt: cannot store the device state: {e}");
+            }
         }
     }
 

@@ -9,6 +9,7 @@
 //! Callers see domain types and [`StoreError`], never rusqlite types.
 
 mod activities;
+mod alerts;
 mod hooks;
 mod location;
 mod maintenance;
@@ -31,6 +32,7 @@ use crate::limits;
 use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
+pub use alerts::{NewAlert, StoredAlert};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
 pub use maintenance::{backup, restore};

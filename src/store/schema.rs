@@ -253,4 +253,23 @@ CREATE TABLE device_states (
     t_ms      INTEGER NOT NULL
 );
 "#,
+    // 5: alerts raised by the rules of config.toml.
+    r#"
+CREATE TABLE alerts (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    org        TEXT NOT NULL REFERENCES organizations(id),
+    rule       TEXT NOT NULL,
+    type       TEXT NOT NULL,                  -- Monitor, Warn or Alarm
+    device_id  INTEGER NOT NULL,
+    contact_id INTEGER,
+    text       TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    units      TEXT NOT NULL,
+    t_ms       INTEGER NOT NULL,
+    ticket_id  INTEGER,                        -- Alarm: the ticket created for it
+    acked_ms   INTEGER,
+    acked_by   INTEGER
+);
+CREATE INDEX alerts_org ON alerts (org, id);
+"#,
 ];

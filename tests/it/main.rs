@@ -3,6 +3,7 @@
 
 mod access;
 mod activities;
+mod alerts;
 mod bad_input;
 mod batch;
 mod ble;

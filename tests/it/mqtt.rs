@@ -56,7 +56,11 @@ pub fn connect_with(
     tweak: impl FnOnce(&mut MqttOptions),
 ) -> Result<Mqtt, Refused> {
     let mut options = MqttOptions::new(client_id, addr.ip().to_string(), addr.port());
-    options.set_credentials(user, password).set_keep_alive(Duration::from_secs(30));
+    // Alert messages carry a WAV of some 40 KB: more than rumqttc's 10 KiB default.
+    options
+        .set_credentials(user, password)
+        .set_keep_alive(Duration::from_secs(30))
+        .set_max_packet_size(1 << 20, 1 << 20);
     tweak(&mut options);
     let (client, mut connection) = Client::new(options, 100);
     let (tx, rx) = mpsc::channel();

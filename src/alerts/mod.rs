@@ -1,0 +1,167 @@
+//! Alerts: rules (`rules`) evaluated by the location thread on what the engine reports, and
+//! what a fired rule does. Monitor: recorded. Warn: recorded and published on
+//! `{org}/{deviceId}/alert` (with a short WAV tone for intercoms). Alarm: as Warn, and a
+//! ticket is created for the contact. `GET /alerts` lists them, `POST /alerts/{id}/ack`
+//! acknowledges one.
+
+pub mod audio;
+pub mod rules;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rules::{AlertType, Condition, DeviceFacts, Evaluator, Fired, Rule};
+
+use crate::location::beacon::Advert;
+use crate::location::site::Site;
+use crate::mqtt::feed::Feed;
+use crate::store::{LocationEvent, NewAlert, Store, StoredDevice};
+
+struct Known {
+    org: String,
+    tagtype: Option<i64>,
+    contact_id: Option<i64>,
+    contact_name: Option<String>,
+    last_seen_ms: Option<i64>,
+}
+
+/// The alerts side of the location thread.
+pub struct Alerts {
+    eval: Evaluator,
+    devices: HashMap<i64, Known>,
+}
+
+impl Alerts {
+    pub fn new(rules: Arc<Vec<Rule>>) -> Alerts {
+        Alerts { eval: Evaluator::new(rules.as_ref().clone()), devices: HashMap::new() }
+    }
+
+    pub fn set_rules(&mut self, rules: &[Rule]) {
+        if self.eval.rules != rules {
+            self.eval = Evaluator::new(rules.to_vec());
+        }
+    }
+
+    pub fn set_devices(&mut self, devices: &[StoredDevice]) {
+        let old = std::mem::take(&mut self.devices);
+        self.devices = devices
+            .iter()
+            .map(|d| {
+                let seen = old.get(&d.id).and_then(|k| k.last_seen_ms).max(d.status.last_seen_ms);
+                (
+                    d.id,
+                    Known {
+                        org: d.org.clone(),
+                        tagtype: d.device.tagtype,
+                        contact_id: d.device.contactid,
+                        contact_name: d.contact_name.clone(),
+                        last_seen_ms: seen,
+                    },
+                )
+            })
+            .collect();
+    }
+
+    fn facts(&self, device_id: i64) -> Option<DeviceFacts> {
+        self.devices.get(&device_id).map(|k| DeviceFacts { device_id, tagtype: k.tagtype })
+    }
+
+    /// An advert of a known device: its tag type's alarm flag, if raised, fires alarm rules.
+    pub fn advert(&mut self, site: &Site, device_id: i64, a: &Advert, out: &mut Vec<Fired>) {
+        if !self.eval.rules.iter().any(|r| r.condition == Condition::AlarmEvent) {
+            return;
+        }
+        let Some(f) = self.facts(device_id) else { return };
+        let flag = f.tagtype.and_then(|t| site.tag_type(t)).and_then(|t| t.alarm);
+        if flag.is_some_and(|flag| flag.raised(a)) {
+            self.eval.alarm_event(f, a.t_ms, out);
+        }
+    }
+
+    /// What a written batch means for the rules, and who has not been heard for too long.
+    pub fn batch(&mut self, events: &[LocationEvent], now_ms: i64, out: &mut Vec<Fired>) {
+        for e in events {
+            match e {
+                LocationEvent::Enter { device_id, t_ms, zone_id } => {
+                    if let Some(f) = self.facts(*device_id) {
+                        self.eval.entered(f, *zone_id, *t_ms, out);
+                    }
+                }
+                LocationEvent::Battery { device_id, t_ms, mv: Some(mv) } => {
+                    if let Some(f) = self.facts(*device_id) {
+                        self.eval.battery(f, i64::from(*mv), *t_ms, out);
+                    }
+                }
+                LocationEvent::Seen { device_id, t_ms } => {
+                    if let Some(k) = self.devices.get_mut(device_id) {
+                        k.last_seen_ms = k.last_seen_ms.max(Some(*t_ms));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.eval.rules.iter().any(|r| matches!(r.condition, Condition::NotSeen { .. })) {
+            let seen: Vec<(DeviceFacts, Option<i64>)> = self
+                .devices
+                .iter()
+                .map(|(id, k)| (DeviceFacts { device_id: *id, tagtype: k.tagtype }, k.last_seen_ms))
+                .collect();
+            for (f, last) in seen {
+                self.eval.unseen(f, last, now_ms, out);
+            }
+        }
+    }
+
+    /// Records what fired, creates the tickets of alarms, and publishes Warn and Alarm on
+    /// the feed (with the device's state for alarm buttons and low batteries).
+    pub fn act(&mut self, store: &Store, mut feed: Option<&mut Feed>, fired: &mut Vec<Fired>) {
+        for f in fired.drain(..) {
+            let rule = &self.eval.rules[f.rule];
+            let Some(k) = self.devices.get(&f.device_id) else { continue };
+            let ticket_title = (rule.kind == AlertType::Alarm).then(|| match &k.contact_name {
+                Some(name) => format!("Alarm: {} ({name})", rule.text),
+                None => format!("Alarm: {}", rule.text),
+            });
+            let new = NewAlert {
+                org: &k.org,
+                rule: &rule.id,
+                kind: rule.kind.as_str(),
+                device_id: f.device_id,
+                contact_id: k.contact_id,
+                text: &rule.text,
+                value: &f.value,
+                units: &f.units,
+                t_ms: f.t_ms,
+            };
+            match store.create_alert(&new, ticket_title.as_deref()) {
+                Ok((id, _)) => log::info!("alert {id}: {} {} (device {})", rule.kind.as_str(), rule.text, f.device_id),
+                Err(e) => log::warn!("alerts: cannot record {} for device {}: {e}", rule.id, f.device_id),
+            }
+            if rule.kind == AlertType::Monitor {
+                continue;
+            }
+            if let Some(feed) = feed.as_deref_mut() {
+                let state = match rule.condition {
+                    Condition::AlarmEvent => Some(crate::mqtt::feed::STATE_ALARM),
+                    Condition::BatteryBelow { .. } => Some(crate::mqtt::feed::STATE_LOW_BATTERY),
+                    _ => None,
+                };
+                let channel = match rule.condition {
+                    Condition::Enter(_) => "enter",
+                    Condition::NotSeen { .. } => "not_seen",
+                    Condition::BatteryBelow { .. } => "battery_low",
+                    Condition::AlarmEvent => "alarm",
+                };
+                let info = crate::mqtt::feed::AlertInfo {
+                    kind: rule.kind,
+                    channel,
+                    text: &rule.text,
+                    value: &f.value,
+                    units: &f.units,
+                    t_ms: f.t_ms,
+                };
+                feed.alert(store, f.device_id, &info, state);
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! `GET /alerts` and `POST /alerts/{id}/ack`: the alerts the rules raised for the caller's
+//! organisation.
+
+use super::error::ApiError;
+use super::input::Params;
+use super::output::Out;
+use super::{Ctx, Reply};
+use crate::limits;
+use crate::store::StoredAlert;
+use crate::timefmt::{local_ms, now_ms};
+
+fn alert_out(ctx: &Ctx<'_>, a: &StoredAlert) -> Out {
+    let tz = &ctx.app.config.site.timezone;
+    let opt_int = |v: Option<i64>| v.map_or(Out::Null, Out::Int);
+    Out::map()
+        .with("id", Out::Int(a.id))
+        .with("type", Out::text(a.kind.clone()))
+        .with("rule", Out::text(a.rule.clone()))
+        .with("text", Out::text(a.text.clone()))
+        .with("deviceaddress", Out::text(a.deviceaddress.clone()))
+        .with("deviceid", Out::text(a.deviceid.clone()))
+        .with("contactid", opt_int(a.contact_id))
+        .with("contactname", a.contact_name.clone().map_or(Out::Null, Out::text))
+        .with("value", Out::text(a.value.clone()))
+        .with("units", Out::text(a.units.clone()))
+        .with("timestamp", Out::text(local_ms(a.t_ms, tz)))
+        .with("ticketid", opt_int(a.ticket_id))
+        .with("acked", Out::Int(i64::from(a.acked_ms.is_some())))
+        .with("ackedat", Out::text(a.acked_ms.map(|t| local_ms(t, tz)).unwrap_or_default()))
+        .with("ackedby", opt_int(a.acked_by))
+}
+
+/// Open alerts, newest first; `all=1` includes acknowledged ones, `type=Warn` (Monitor,
+/// Warn, Alarm) narrows them.
+pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
+    let params = ctx.params();
+    let p = Params::new(&params);
+    let all = p.flag("all")?.unwrap_or(false);
+    let kind = match p.nonempty("type")? {
+        None => None,
+        Some(t) => Some(
+            crate::alerts::rules::AlertType::parse(&t)
+                .ok_or_else(|| ApiError::invalid_parameter("type", "is Monitor, Warn or Alarm"))?
+                .as_str(),
+        ),
+    };
+    let alerts = ctx.app.store.alerts(&ctx.viewer.org, all, limits::ALERT_LIST_MAX)?;
+    let records: Vec<Out> =
+        alerts.iter().filter(|a| kind.is_none_or(|k| a.kind == k)).map(|a| alert_out(ctx, a)).collect();
+    let inner = Out::map().with("count", Out::Int(records.len() as i64)).with("records", Out::list("alert", records));
+    Ok(Reply::ok(Out::map().with("alerts", inner)))
+}
+
+/// Acknowledges an alert; acknowledging it again keeps the first acknowledgement.
+pub fn ack(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
+    let a = ctx.app.store.ack_alert(&ctx.viewer.org, id, ctx.viewer.user_id, now_ms())?;
+    Ok(Reply::ok(Out::map().with("alert", alert_out(ctx, &a))))
+}

@@ -1,0 +1,191 @@
+//! Alerts: what the rules raised, their tickets (Alarm) and acknowledgements.
+
+use rusqlite::OptionalExtension;
+
+use super::{ExecCached, Result, Store, StoreError};
+use crate::model::{RecordType, Viewer};
+
+/// An alert to record.
+pub struct NewAlert<'a> {
+    pub org: &'a str,
+    pub rule: &'a str,
+    pub kind: &'a str,
+    pub device_id: i64,
+    pub contact_id: Option<i64>,
+    pub text: &'a str,
+    pub value: &'a str,
+    pub units: &'a str,
+    pub t_ms: i64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredAlert {
+    pub id: i64,
+    pub rule: String,
+    pub kind: String,
+    pub device_id: i64,
+    pub deviceaddress: String,
+    pub deviceid: String,
+    pub contact_id: Option<i64>,
+    pub contact_name: Option<String>,
+    pub text: String,
+    pub value: String,
+    pub units: String,
+    pub t_ms: i64,
+    pub ticket_id: Option<i64>,
+    pub acked_ms: Option<i64>,
+    pub acked_by: Option<i64>,
+}
+
+const ALERT_COLUMNS: &str =
+    "a.id, a.rule, a.type, a.device_id, coalesce(d.deviceaddress, ''), coalesce(d.deviceid, ''),
+     a.contact_id, c.name, a.text, a.value, a.units, a.t_ms, a.ticket_id, a.acked_ms, a.acked_by";
+
+fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {
+    Ok(StoredAlert {
+        id: r.get(0)?,
+        rule: r.get(1)?,
+        kind: r.get(2)?,
+        device_id: r.get(3)?,
+        deviceaddress: r.get(4)?,
+        deviceid: r.get(5)?,
+        contact_id: r.get(6)?,
+        contact_name: r.get(7)?,
+        text: r.get(8)?,
+        value: r.get(9)?,
+        units: r.get(10)?,
+        t_ms: r.get(11)?,
+        ticket_id: r.get(12)?,
+        acked_ms: r.get(13)?,
+        acked_by: r.get(14)?,
+    })
+}
+
+impl Store {
+    /// Records an alert; for an Alarm first a ticket for the contact (created by the
+    /// organisation's first administrator, flagged, urgent, related to the contact) through
+    /// the usual record path, so `items.create` fires for it. Returns the alert id and the
+    /// ticket id.
+    pub fn create_alert(&self, a: &NewAlert<'_>, ticket_title: Option<&str>) -> Result<(i64, Option<i64>)> {
+        let ticket = match ticket_title {
+            Some(title) => match self.alarm_author(a.org)? {
+                Some(viewer) => {
+                    let mut fields = crate::model::FieldValues::new();
+                    fields.insert("title".into(), title.to_string());
+                    fields.insert("priority".into(), "urgent".into());
+                    fields.insert("status".into(), "open".into());
+                    let related = a.contact_id.map(|c| vec![(c, "alert".to_string())]).unwrap_or_default();
+                    let new = super::NewRecord {
+                        record_type: RecordType::Ticket,
+                        fields,
+                        ownership: None,
+                        flagged: true,
+                        categories_add: Vec::new(),
+                        related_add: related,
+                    };
+                    match self.create_record(&viewer, new) {
+                        Ok(id) => Some(id),
+                        // A contact deleted meanwhile: the ticket without it.
+                        Err(StoreError::BadReference(_)) => {
+                            let mut fields = crate::model::FieldValues::new();
+                            fields.insert("title".into(), title.to_string());
+                            fields.insert("priority".into(), "urgent".into());
+                            let new = super::NewRecord {
+                                record_type: RecordType::Ticket,
+                                fields,
+                                ownership: None,
+                                flagged: true,
+                                categories_add: Vec::new(),
+                                related_add: Vec::new(),
+                            };
+                            Some(self.create_record(&viewer, new)?)
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let id = self.write(|tx| {
+            tx.exec(
+                "INSERT INTO alerts (org, rule, type, device_id, contact_id, text, value, units, t_ms, ticket_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                (a.org, a.rule, a.kind, a.device_id, a.contact_id, a.text, a.value, a.units, a.t_ms, ticket),
+            )?;
+            Ok(tx.last_insert_rowid())
+        })?;
+        Ok((id, ticket))
+    }
+
+    /// The organisation's first live administrator, as the author of alarm tickets.
+    fn alarm_author(&self, org: &str) -> Result<Option<Viewer>> {
+        let id: Option<i64> = self.read(|tx| {
+            Ok(tx
+                .query_row(
+                    "SELECT id FROM principals WHERE org = ?1 AND kind = 1 AND admin = 1 AND deleted = 0
+                     ORDER BY id LIMIT 1",
+                    [org],
+                    |r| r.get(0),
+                )
+                .optional()?)
+        })?;
+        Ok(id.map(|user_id| Viewer {
+            user_id,
+            org: org.to_string(),
+            admin: true,
+            prevent_private: false,
+            groups: Vec::new(),
+        }))
+    }
+
+    /// Alerts of an organisation, newest first: open ones only unless `all`.
+    pub fn alerts(&self, org: &str, all: bool, limit: u32) -> Result<Vec<StoredAlert>> {
+        self.read(|tx| {
+            let sql = format!(
+                "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
+                 LEFT JOIN items c ON c.id = a.contact_id
+                 WHERE a.org = ?1 AND (?2 OR a.acked_ms IS NULL) ORDER BY a.id DESC LIMIT ?3"
+            );
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let rows = stmt.query_map((org, all, limit), alert_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    pub fn alert(&self, org: &str, id: i64) -> Result<StoredAlert> {
+        self.read(|tx| {
+            let sql = format!(
+                "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
+                 LEFT JOIN items c ON c.id = a.contact_id WHERE a.org = ?1 AND a.id = ?2"
+            );
+            tx.query_row(&sql, (org, id), alert_from_row).optional()?.ok_or(StoreError::NotFound)
+        })
+    }
+
+    /// Acknowledges an alert (once: a second acknowledgement keeps the first).
+    pub fn ack_alert(&self, org: &str, id: i64, user_id: i64, t_ms: i64) -> Result<StoredAlert> {
+        self.write(|tx| {
+            let n = tx.exec(
+                "UPDATE alerts SET acked_ms = coalesce(acked_ms, ?3), acked_by = coalesce(acked_by, ?4)
+                 WHERE org = ?1 AND id = ?2",
+                (org, id, t_ms, user_id),
+            )?;
+            if n == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(())
+        })?;
+        self.alert(org, id)
+    }
+
+    /// Forgets alerts older than `before_ms` (at most `rows_max` in one write).
+    pub fn purge_alerts(&self, before_ms: i64, rows_max: u32) -> Result<usize> {
+        self.write(|tx| {
+            Ok(tx.exec(
+                "DELETE FROM alerts WHERE id IN (SELECT id FROM alerts WHERE t_ms < ?1 ORDER BY id LIMIT ?2)",
+                (before_ms, rows_max),
+            )?)
+        })
+    }
+}

@@ -1,0 +1,135 @@
+//! Alert rules end to end: adverts from a remote receiver (MQTT) move a badge and press its
+//! panic button; the rules record Monitor, publish Warn and Alarm on the alert topic with a
+//! playable tone, create a ticket for an Alarm, and `/alerts` lists and acknowledges them.
+
+use std::time::Duration;
+
+use base64::Engine;
+use expect_test::expect_file;
+use serde_json::Value;
+
+use crate::mqtt::{connect, mqtt_addr, mqtt_user};
+use crate::support::*;
+
+const UUID: &str = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
+
+fn config() -> String {
+    let site =
+        crate::location::SITE.replace("title = \"Staff badge\"", "title = \"Staff badge\"\nalarm = \"mfg:0059:0:01\"");
+    format!(
+        r#"{BASE_CONFIG}
+[location]
+scan = "off"
+away_timeout_ms = 4000
+update_interval_ms = 1000
+{site}
+[[alert_rules]]
+id = "office-entry"
+type = "warn"
+when = "enter"
+zones = [22]
+
+[[alert_rules]]
+id = "office-log"
+type = "monitor"
+when = "enter"
+zones = [22]
+
+[[alert_rules]]
+id = "panic"
+type = "alarm"
+when = "alarm"
+tag_types = [1]
+"#
+    )
+}
+
+fn advert(panic: bool) -> String {
+    let frame = format!("0215{}00050016c5", UUID.replace('-', ""));
+    let button = if panic { r#","0059":"01""# } else { r#","0059":"00""# };
+    format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"{button}}}}}\n")
+}
+
+#[test]
+fn rules_raise_record_publish_and_ticket_alerts() {
+    let config = config();
+    let s = Service::start_with("alerts_end_to_end", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let badge =
+        format!(r#"{{"deviceaddress": "5/1/22", "tagtype": 1, "beacon": "ibeacon:{UUID}/5/22", "contactid": {ann}}}"#);
+    c.post_json("/devices", &badge).assert_status(201);
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let app = connect(addr, "app-1", "app", &mqtt_user(&s, "acme", "app", false)).unwrap();
+    app.subscribe("acme/+/alert");
+
+    // Into the office: the Warn rule publishes, the Monitor rule only records.
+    let mut warn = None;
+    for _ in 0..200 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        if let Some(p) = app.next_publish(Duration::from_millis(300)) {
+            warn = Some(p);
+            break;
+        }
+    }
+    let warn = warn.unwrap_or_else(|| panic!("the Warn alert on the alert topic; stderr:\n{}", s.stderr()));
+    assert_eq!(warn.topic, "acme/5.1.22/alert");
+    let mut warn: Value = serde_json::from_slice(&warn.payload).unwrap();
+    let wav = base64::engine::general_purpose::STANDARD.decode(warn["audio"].as_str().unwrap()).unwrap();
+    assert!(wav.starts_with(b"RIFF") && &wav[8..12] == b"WAVE", "a WAV file");
+    warn["audio"] = Value::from(format!("[{} bytes of WAV]", wav.len()));
+
+    // The panic button: an Alarm, and a ticket for Ann.
+    let mut alarm = None;
+    for _ in 0..100 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        if let Some(p) = app.next_publish(Duration::from_millis(300)) {
+            alarm = Some(serde_json::from_slice::<Value>(&p.payload).unwrap());
+            break;
+        }
+    }
+    let mut alarm = alarm.expect("the Alarm alert");
+    assert_ne!(alarm["audio"], warn["audio"], "Warn and Alarm sound different");
+    alarm["audio"] = Value::from("[WAV]");
+    assert!(app.next_publish(Duration::from_secs(2)).is_none(), "Monitor is not published; repeats are held back");
+
+    let list = c.get_json("/alerts").json();
+    let records = list["alerts"]["records"].as_array().unwrap().clone();
+    let kinds: Vec<&str> = records.iter().map(|r| r["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Alarm", "Monitor", "Warn"], "{list}");
+    let ticket = records[0]["ticketid"].as_i64().expect("a ticket for the alarm");
+    let t = c.get_json(&format!("/tickets/{ticket}")).json();
+    assert_eq!(t["item"]["fields"]["title"], "Alarm: Alarm button pressed (Ann Lee)", "{t}");
+    assert_eq!(
+        (t["item"]["fields"]["priority"].as_str(), t["relateditems"][0]["id"].as_i64()),
+        (Some("urgent"), Some(ann))
+    );
+
+    // Acknowledging: once (a second time keeps the first), then the open list omits it.
+    let alarm_id = records[0]["id"].as_i64().unwrap();
+    let acked = c.post_json(&format!("/alerts/{alarm_id}/ack"), "{}").json();
+    assert_eq!(acked["alert"]["acked"], 1);
+    let again = c.post_json(&format!("/alerts/{alarm_id}/ack"), "{}").json();
+    assert_eq!(again["alert"]["ackedat"], acked["alert"]["ackedat"]);
+    assert_eq!(c.get_json("/alerts").json()["alerts"]["count"], 2);
+    assert_eq!(c.get_json("/alerts?all=1&type=Alarm").json()["alerts"]["count"], 1);
+    c.post_json("/alerts/999999/ack", "{}").assert_status(404);
+    c.get_json("/alerts?type=Loud").assert_status(400);
+    // Another organisation sees none of it.
+    let out = s.cli(&["user", "add", "--email", "g@globex.test", "--name", "G", "--org", "globex"]);
+    let g = Account { email: "g@globex.test".into(), token: String::from_utf8(out.stdout).unwrap().trim().into() };
+    assert_eq!(s.client(&g).get_json("/alerts?all=1").json()["alerts"]["count"], 0);
+    s.client(&g).post_json(&format!("/alerts/{alarm_id}/ack"), "{}").assert_status(404);
+
+    // The shapes, golden (local times redacted).
+    let local = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d").unwrap();
+    let listed = c.get_json("/alerts?all=1").json();
+    let text = format!(
+        "warn message:\n{}\nalarm message:\n{}\nGET /alerts?all=1:\n{}\n",
+        serde_json::to_string_pretty(&warn).unwrap(),
+        serde_json::to_string_pretty(&alarm).unwrap(),
+        serde_json::to_string_pretty(&listed).unwrap()
+    );
+    expect_file!["golden/alerts.txt"].assert_eq(&local.replace_all(&text, "[LOCAL]"));
+}
