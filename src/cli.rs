@@ -29,6 +29,65 @@ pub enum Command {
     Device(DeviceCmd),
     Locations(Locations),
     MqttUser(MqttUserCmd),
+    Cert(CertCmd),
+}
+
+#[derive(FromArgs, Debug)]
+/// Certificates for MQTT over TLS: the site CA, the broker's certificate, client certificates.
+#[argh(subcommand, name = "cert")]
+pub struct CertCmd {
+    #[argh(subcommand)]
+    pub command: CertCommand,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum CertCommand {
+    Init(CertInit),
+    Client(CertClient),
+}
+
+#[derive(FromArgs, Debug)]
+/// Make the site CA and the broker's server certificate (ca.pem, ca.key, server.pem, server.key).
+#[argh(subcommand, name = "init")]
+pub struct CertInit {
+    /// configuration file (the certificates go to `certs/` next to it unless --dir)
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// directory for the files
+    #[argh(option)]
+    pub dir: Option<PathBuf>,
+    /// a name or address clients use to reach the gateway (repeatable; default: localhost,
+    /// 127.0.0.1 and this host's name)
+    #[argh(option)]
+    pub host: Vec<String>,
+    /// replace an existing CA (every client certificate it issued stops working)
+    #[argh(switch)]
+    pub force: bool,
+}
+
+#[derive(FromArgs, Debug)]
+/// Issue a client certificate for an organisation (NAME.pem and NAME.key).
+#[argh(subcommand, name = "client")]
+pub struct CertClient {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the directory of the site CA (default: `certs/` next to the configuration file)
+    #[argh(option)]
+    pub dir: Option<PathBuf>,
+    /// organisation id
+    #[argh(option)]
+    pub org: String,
+    /// the client's name (1..64 letters, digits, '.', '-', '_'): its certificate's CN
+    #[argh(option)]
+    pub name: String,
+    /// a remote BLE receiver: may also publish adverts
+    #[argh(switch)]
+    pub receiver: bool,
+    /// where to write the files (default: the CA's directory)
+    #[argh(option)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(FromArgs, Debug)]

@@ -525,7 +525,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     }
 
     let location = crate::location::site::resolve_location(&raw.location)?;
-    let mqtt = crate::mqtt::config::resolve_mqtt(&raw.mqtt)?;
+    let mqtt = crate::mqtt::config::resolve_mqtt(&raw.mqtt, &|v: &str| relative(v))?;
     let site_map = crate::location::site::resolve_site(RawSiteMap {
         areas: &raw.areas,
         buildings: &raw.buildings,

@@ -212,7 +212,51 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::User(u) => run_user(u.command),
         Command::Group(g) => run_group(g.command),
         Command::MqttUser(m) => run_mqtt_user(m.command),
+        Command::Cert(c) => run_cert(c.command),
     }
+}
+
+fn run_cert(command: cli::CertCommand) -> Result<(), Failure> {
+    // The certificates' directory: --dir, else `certs/` beside the configuration file.
+    let dir_of = |config: &Config, dir: Option<std::path::PathBuf>| {
+        dir.unwrap_or_else(|| {
+            config.source.as_deref().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("")).join("certs")
+        })
+    };
+    let written = match command {
+        cli::CertCommand::Init(i) => {
+            let config = load(i.config.as_deref())?;
+            let mut hosts = i.host;
+            if hosts.is_empty() {
+                hosts = vec!["localhost".into(), "127.0.0.1".into()];
+                let node = rustix::system::uname().nodename().to_string_lossy().into_owned();
+                if !node.is_empty() && node != "localhost" {
+                    hosts.push(node);
+                }
+            }
+            mqtt::certs::init(&dir_of(&config, i.dir), &hosts, i.force).map_err(Failure::Usage)?
+        }
+        cli::CertCommand::Client(c) => {
+            let (config, store) = open_admin(c.config.as_deref())?;
+            let name_ok = !c.name.is_empty()
+                && c.name.len() <= 64
+                && c.name.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '_'))
+                && !c.name.starts_with('.');
+            if !name_ok {
+                return Err(Failure::Usage("--name is 1..64 letters, digits, '.', '-' or '_'".into()));
+            }
+            if !store.organization_exists(&c.org)? {
+                return Err(Failure::Usage(format!("no organisation {:?}", c.org)));
+            }
+            let dir = dir_of(&config, c.dir);
+            let out = c.out.unwrap_or_else(|| dir.clone());
+            mqtt::certs::client(&dir, &c.org, &c.name, c.receiver, &out).map_err(Failure::Usage)?
+        }
+    };
+    for path in written {
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 fn run_mqtt_user(command: cli::MqttUserCommand) -> Result<(), Failure> {

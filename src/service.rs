@@ -235,6 +235,12 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     }
     if let Some(b) = &broker {
         ready.push_str(&format!(" mqtt={}", b.addr));
+        if let Some(addr) = b.tls_addr {
+            ready.push_str(&format!(" mqtts={addr}"));
+        }
+        if let Some(addr) = b.client_cert_addr {
+            ready.push_str(&format!(" mqtts-cert={addr}"));
+        }
     }
     {
         let mut out = std::io::stdout().lock();

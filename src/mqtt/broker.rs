@@ -41,6 +41,17 @@ pub struct BrokerSettings {
     pub handshake_timeout_ms: u64,
     /// Interoperability testing only: every authenticated client may use every topic.
     pub open_topics: bool,
+    pub tls: Option<TlsSettings>,
+}
+
+/// MQTT over TLS: a listener for username and password, and optionally one that requires a
+/// client certificate of the site CA (`client_cert`: its address and the CA file).
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    pub listen: SocketAddr,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub client_cert: Option<(SocketAddr, std::path::PathBuf)>,
 }
 
 /// Counters the broker keeps for /metrics and /health.
@@ -62,6 +73,9 @@ pub struct Broker {
     scx: ServerContext,
     server: tokio::task::JoinHandle<()>,
     pub addr: SocketAddr,
+    /// The TLS listener's address, and the client-certificate listener's.
+    pub tls_addr: Option<SocketAddr>,
+    pub client_cert_addr: Option<SocketAddr>,
     pub stats: Arc<BrokerStats>,
 }
 
@@ -113,35 +127,58 @@ impl Broker {
         register.start().await;
 
         let inflight = NonZeroU16::new(limits::MQTT_INFLIGHT_MAX).unwrap_or(NonZeroU16::MIN);
-        let listener = Builder::new()
-            .name("mqtt")
-            .laddr(settings.listen)
-            .reuseaddr(Some(true))
-            .nodelay(true)
-            .allow_anonymous(false)
-            .max_connections(settings.connections_max)
-            .max_handshaking_limit(limits::MQTT_CONNECTIONS_MAX_DEFAULT.min(settings.connections_max))
-            .max_packet_size(settings.packet_bytes_max)
-            .max_mqueue_len(settings.client_queue_max)
-            .max_inflight(inflight)
-            .handshake_timeout(Duration::from_millis(settings.handshake_timeout_ms))
-            .session_expiry_interval(Duration::from_secs(limits::MQTT_SESSION_EXPIRY_S))
-            .max_session_expiry_interval(Duration::from_secs(limits::MQTT_SESSION_EXPIRY_S))
-            .max_subscriptions(limits::MQTT_SUBSCRIPTIONS_PER_CLIENT_MAX)
-            .max_topic_levels(limits::MQTT_TOPIC_LEVELS_MAX)
-            .max_clientid_len(limits::MQTT_CLIENT_ID_BYTES_MAX)
-            .bind()
-            .and_then(|l| l.tcp())
-            .map_err(|e| format!("cannot listen for MQTT on {}: {e}", settings.listen))?;
-        let addr = listener.local_addr().map_err(|e| format!("MQTT listener: {e}"))?;
+        let builder = |name: &str, addr: SocketAddr| {
+            Builder::new()
+                .name(name)
+                .laddr(addr)
+                .reuseaddr(Some(true))
+                .nodelay(true)
+                .allow_anonymous(false)
+                .max_connections(settings.connections_max)
+                .max_handshaking_limit(limits::MQTT_CONNECTIONS_MAX_DEFAULT.min(settings.connections_max))
+                .max_packet_size(settings.packet_bytes_max)
+                .max_mqueue_len(settings.client_queue_max)
+                .max_inflight(inflight)
+                .handshake_timeout(Duration::from_millis(settings.handshake_timeout_ms))
+                .session_expiry_interval(Duration::from_secs(limits::MQTT_SESSION_EXPIRY_S))
+                .max_session_expiry_interval(Duration::from_secs(limits::MQTT_SESSION_EXPIRY_S))
+                .max_subscriptions(limits::MQTT_SUBSCRIPTIONS_PER_CLIENT_MAX)
+                .max_topic_levels(limits::MQTT_TOPIC_LEVELS_MAX)
+                .max_clientid_len(limits::MQTT_CLIENT_ID_BYTES_MAX)
+        };
+        let bound = |l: rmqtt::Result<rmqtt::net::Listener>, addr: SocketAddr| {
+            l.map_err(|e| format!("cannot listen for MQTT on {addr}: {e}"))
+        };
+        let tcp = bound(builder("mqtt", settings.listen).bind().and_then(|l| l.tcp()), settings.listen)?;
+        let addr = tcp.local_addr().map_err(|e| format!("MQTT listener: {e}"))?;
+        let mut server = MqttServer::new(scx.clone()).listener_by_id(tcp, 1);
+        let (mut tls_addr, mut client_cert_addr) = (None, None);
+        if let Some(t) = &settings.tls {
+            let path = |p: &std::path::Path| Some(p.display().to_string());
+            let tls = builder("mqtts", t.listen).tls_cert(path(&t.cert)).tls_key(path(&t.key));
+            let tls = bound(tls.bind().and_then(|l| l.tls()), t.listen)?;
+            tls_addr = Some(tls.local_addr().map_err(|e| format!("MQTT TLS listener: {e}"))?);
+            server = server.listener_by_id(tls, 2);
+            if let Some((listen, ca)) = &t.client_cert {
+                let mtls = builder("mqtts-client-cert", *listen)
+                    .tls_cert(path(&t.cert))
+                    .tls_key(path(&t.key))
+                    .tls_cross_certificate(true)
+                    .tls_client_ca_certs(path(ca))
+                    .collect_cert_info(true);
+                let mtls = bound(mtls.bind().and_then(|l| l.tls()), *listen)?;
+                client_cert_addr = Some(mtls.local_addr().map_err(|e| format!("MQTT TLS listener: {e}"))?);
+                server = server.listener_by_id(mtls, 3);
+            }
+        }
         // Started with `run`, not `start`: rmqtt's `start` exits the process when running fails.
-        let server = MqttServer::new(scx.clone()).listener_by_id(listener, 1).build();
+        let server = server.build();
         let server = tokio::spawn(async move {
             if let Err(e) = server.run().await {
                 log::error!("MQTT broker stopped: {e}");
             }
         });
-        Ok(Broker { scx, server, addr, stats })
+        Ok(Broker { scx, server, addr, tls_addr, client_cert_addr, stats })
     }
 
     pub fn publisher(&self) -> Publisher {
@@ -225,13 +262,41 @@ impl Hooks {
         }
     }
 
-    async fn authenticate(&self, ci: &rmqtt::types::ConnectInfo) -> AuthResult {
-        let (Some(username), Some(password)) = (ci.username(), ci.password()) else {
-            return AuthResult::BadUsernameOrPassword;
+    /// A client certificate of the site CA (the TLS layer verified it): its subject's O is
+    /// the organisation, OU `receiver` marks a receiver.
+    async fn check_certificate(&self, cert: &rmqtt::codec::cert::CertInfo) -> Option<Principal> {
+        let org = cert.organization.clone()?;
+        let store = Arc::clone(&self.store);
+        let known = {
+            let org = org.clone();
+            tokio::task::spawn_blocking(move || store.organization_exists(&org)).await
         };
-        let Some(principal) = self.check_password(username, password).await else {
-            log::info!("mqtt: refused {username:?} from {:?}: bad username or password", ci.ipaddress());
-            return AuthResult::BadUsernameOrPassword;
+        if !matches!(known, Ok(Ok(true))) {
+            log::info!("mqtt: refused a client certificate of unknown organisation {org:?}");
+            return None;
+        }
+        let receiver = cert.subject.split(',').any(|part| part.trim() == format!("OU={}", super::certs::RECEIVER_OU));
+        Some(Principal { org, receiver, unrestricted: self.open_topics })
+    }
+
+    async fn authenticate(&self, ci: &rmqtt::types::ConnectInfo) -> AuthResult {
+        let username = ci.username().map(|u| u.to_string()).unwrap_or_default();
+        let principal = if let Some(cert) = ci.cert() {
+            match self.check_certificate(cert).await {
+                Some(p) => p,
+                None => return AuthResult::NotAuthorized,
+            }
+        } else {
+            let (Some(_), Some(password)) = (ci.username(), ci.password()) else {
+                return AuthResult::BadUsernameOrPassword;
+            };
+            match self.check_password(&username, password).await {
+                Some(p) => p,
+                None => {
+                    log::info!("mqtt: refused {username:?} from {:?}: bad username or password", ci.ipaddress());
+                    return AuthResult::BadUsernameOrPassword;
+                }
+            }
         };
         // A will message is published later on the client's behalf: its topic obeys the same
         // rules as the client's own publishes.

@@ -1,14 +1,17 @@
 //! `[mqtt]` in config.toml: the raw keys and their validated form.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::broker::BrokerSettings;
+use super::broker::{BrokerSettings, TlsSettings};
 use crate::config::{ConfigError, bounded};
 use crate::limits;
 
 pub const DEFAULT_MQTT_LISTEN: &str = "127.0.0.1:1883";
+pub const DEFAULT_MQTTS_LISTEN: &str = "127.0.0.1:8883";
+pub const DEFAULT_MQTTS_CLIENT_CERT_LISTEN: &str = "127.0.0.1:8884";
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -20,6 +23,11 @@ pub struct RawMqtt {
     pub client_queue_max: Option<usize>,
     pub handshake_timeout_ms: Option<u64>,
     pub open_topics: Option<bool>,
+    pub tls_listen: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+    pub client_ca: Option<String>,
+    pub client_cert_listen: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -28,11 +36,57 @@ pub struct MqttConfig {
     pub broker: BrokerSettings,
 }
 
-pub fn resolve_mqtt(raw: &RawMqtt) -> Result<MqttConfig, ConfigError> {
-    let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_MQTT_LISTEN);
-    let listen = listen_text
-        .parse::<SocketAddr>()
-        .map_err(|_| ConfigError::new("mqtt.listen", format!("{listen_text:?} is not an IP:PORT address")))?;
+fn addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+    text.parse::<SocketAddr>().map_err(|_| ConfigError::new(key, format!("{text:?} is not an IP:PORT address")))
+}
+
+/// `relative` resolves a path of the file against the configuration's folder.
+pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result<MqttConfig, ConfigError> {
+    let listen = addr("mqtt.listen", raw.listen.as_deref().unwrap_or(DEFAULT_MQTT_LISTEN))?;
+    let tls = match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) => {
+            for (key, set) in [
+                ("mqtt.tls_listen", raw.tls_listen.is_some()),
+                ("mqtt.client_ca", raw.client_ca.is_some()),
+                ("mqtt.client_cert_listen", raw.client_cert_listen.is_some()),
+            ] {
+                if set {
+                    return Err(ConfigError::new(key, "needs mqtt.tls_cert and mqtt.tls_key"));
+                }
+            }
+            None
+        }
+        (Some(_), None) => return Err(ConfigError::new("mqtt.tls_key", "is required with mqtt.tls_cert")),
+        (None, Some(_)) => return Err(ConfigError::new("mqtt.tls_cert", "is required with mqtt.tls_key")),
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (relative(cert), relative(key));
+            crate::http::tls::check_files(&cert, &key)
+                .map_err(|(which, message)| ConfigError::new(format!("mqtt.{which}"), message))?;
+            let client_ca = match &raw.client_ca {
+                None => {
+                    if raw.client_cert_listen.is_some() {
+                        return Err(ConfigError::new("mqtt.client_cert_listen", "needs mqtt.client_ca"));
+                    }
+                    None
+                }
+                Some(ca) => {
+                    let ca = relative(ca);
+                    check_readable(&ca).map_err(|m| ConfigError::new("mqtt.client_ca", m))?;
+                    let listen = addr(
+                        "mqtt.client_cert_listen",
+                        raw.client_cert_listen.as_deref().unwrap_or(DEFAULT_MQTTS_CLIENT_CERT_LISTEN),
+                    )?;
+                    Some((listen, ca))
+                }
+            };
+            Some(TlsSettings {
+                listen: addr("mqtt.tls_listen", raw.tls_listen.as_deref().unwrap_or(DEFAULT_MQTTS_LISTEN))?,
+                cert,
+                key,
+                client_cert: client_ca,
+            })
+        }
+    };
     Ok(MqttConfig {
         enabled: raw.enabled.unwrap_or(true),
         broker: BrokerSettings {
@@ -66,8 +120,13 @@ pub fn resolve_mqtt(raw: &RawMqtt) -> Result<MqttConfig, ConfigError> {
                 limits::MQTT_HANDSHAKE_TIMEOUT_MS_CEILING,
             )?,
             open_topics: raw.open_topics.unwrap_or(false),
+            tls,
         },
     })
+}
+
+fn check_readable(path: &Path) -> Result<(), String> {
+    std::fs::File::open(path).map(|_| ()).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 impl MqttConfig {
@@ -81,6 +140,11 @@ impl MqttConfig {
             client_queue_max: Some(b.client_queue_max),
             handshake_timeout_ms: Some(b.handshake_timeout_ms),
             open_topics: Some(b.open_topics),
+            tls_listen: b.tls.as_ref().map(|t| t.listen.to_string()),
+            tls_cert: b.tls.as_ref().map(|t| t.cert.display().to_string()),
+            tls_key: b.tls.as_ref().map(|t| t.key.display().to_string()),
+            client_ca: b.tls.as_ref().and_then(|t| t.client_cert.as_ref()).map(|(_, ca)| ca.display().to_string()),
+            client_cert_listen: b.tls.as_ref().and_then(|t| t.client_cert.as_ref()).map(|(l, _)| l.to_string()),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod acl;
 pub mod broker;
+pub mod certs;
 pub mod config;
 pub mod feed;
 pub mod ingest;

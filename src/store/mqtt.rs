@@ -102,3 +102,11 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    pub fn organization_exists(&self, org: &str) -> Result<bool> {
+        self.read(|tx| {
+            Ok(tx.query_row("SELECT 1 FROM organizations WHERE id = ?1", [org], |_| Ok(())).optional()?.is_some())
+        })
+    }
+}

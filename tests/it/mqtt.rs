@@ -56,11 +56,21 @@ pub fn connect_with(
     tweak: impl FnOnce(&mut MqttOptions),
 ) -> Result<Mqtt, Refused> {
     let mut options = MqttOptions::new(client_id, addr.ip().to_string(), addr.port());
+    options.set_keep_alive(Duration::from_secs(30));
+    connect_options(options, user, password, tweak)
+}
+
+pub fn connect_options(
+    mut options: MqttOptions,
+    user: &str,
+    password: &str,
+    tweak: impl FnOnce(&mut MqttOptions),
+) -> Result<Mqtt, Refused> {
+    if !user.is_empty() {
+        options.set_credentials(user, password);
+    }
     // Alert messages carry a WAV of some 40 KB: more than rumqttc's 10 KiB default.
-    options
-        .set_credentials(user, password)
-        .set_keep_alive(Duration::from_secs(30))
-        .set_max_packet_size(1 << 20, 1 << 20);
+    options.set_max_packet_size(1 << 20, 1 << 20);
     tweak(&mut options);
     let (client, mut connection) = Client::new(options, 100);
     let (tx, rx) = mpsc::channel();
@@ -285,4 +295,83 @@ fn remote_receivers_feed_the_engine() {
         assert!(!r["lastadvert"].as_str().unwrap().is_empty(), "{r}");
         assert_eq!(r["silent"], 0, "{r}");
     }
+}
+
+/// MQTT over TLS: `sitegate cert init` and `cert client` make the certificates; one listener
+/// takes username and password, the other a client certificate whose O is the organisation.
+#[test]
+fn tls_with_passwords_and_with_client_certificates() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = test_dir("mqtt_tls");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, BASE_CONFIG).unwrap();
+    let cli = |args: &[&str]| cli_with_config(&config, args);
+    let out = cli(&["cert", "init", "--host", "localhost", "--host", "127.0.0.1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let again = cli(&["cert", "init"]);
+    assert!(!again.status.success(), "an existing CA is not replaced without --force");
+    let out = cli(&["cert", "client", "--org", "acme", "--name", "intercom-7"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!cli(&["cert", "client", "--org", "nowhere", "--name", "x"]).status.success());
+    assert!(!cli(&["cert", "client", "--org", "acme", "--name", "../x"]).status.success());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("certs/intercom-7.key")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "private keys are for the owner only");
+
+    let tls_config = BASE_CONFIG.replace(
+        "[mqtt]\nlisten = \"127.0.0.1:0\"\n",
+        "[mqtt]\nlisten = \"127.0.0.1:0\"\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"certs/server.pem\"\n\
+         tls_key = \"certs/server.key\"\nclient_ca = \"certs/ca.pem\"\nclient_cert_listen = \"127.0.0.1:0\"\n",
+    );
+    std::fs::write(&config, tls_config).unwrap();
+    let s = Service::launch(dir.clone(), config.clone(), &[]);
+    let port = |key: &str| -> u16 {
+        let w = s.ready_line.split_whitespace().find_map(|w| w.strip_prefix(key)).expect(key);
+        w.parse::<std::net::SocketAddr>().unwrap().port()
+    };
+    let (tls_port, cert_port) = (port("mqtts="), port("mqtts-cert="));
+    let ca = std::fs::read(dir.join("certs/ca.pem")).unwrap();
+    let read = |name: &str| std::fs::read(dir.join("certs").join(name)).unwrap();
+    let tls = |client_auth: Option<(Vec<u8>, Vec<u8>)>| {
+        let ca = ca.clone();
+        move |o: &mut MqttOptions| {
+            o.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Simple {
+                ca,
+                alpn: None,
+                client_auth,
+            }));
+        }
+    };
+    let connect_tls = |port: u16, id: &str, user: &str, pw: &str, auth: Option<(Vec<u8>, Vec<u8>)>| {
+        let mut options = MqttOptions::new(id, "localhost", port);
+        options.set_keep_alive(Duration::from_secs(30));
+        connect_options(options, user, pw, tls(auth))
+    };
+
+    // Username and password over TLS.
+    let pw = mqtt_user(&s, "acme", "app", false);
+    let app = connect_tls(tls_port, "app-tls", "app", &pw, None).expect("password over TLS");
+    assert_eq!(app.subscribe("acme/#"), SubscribeReasonCode::Success(QoS::AtLeastOnce));
+    assert_eq!(
+        connect_tls(tls_port, "bad-tls", "app", "wrong", None).err(),
+        Some(Refused::Code(ConnectReturnCode::BadUserNamePassword))
+    );
+
+    // A client certificate: no password, the organisation from the certificate.
+    let auth = Some((read("intercom-7.pem"), read("intercom-7.key")));
+    let intercom = connect_tls(cert_port, "intercom-7", "", "", auth.clone()).expect("client certificate");
+    assert_eq!(intercom.subscribe("globex/#"), SubscribeReasonCode::Failure);
+    intercom.publish("acme/intercom/7", "hello over mTLS");
+    let got = app.next_publish(Duration::from_secs(10)).expect("the intercom's message");
+    assert_eq!(&got.payload[..], b"hello over mTLS");
+
+    // The certificate listener refuses a client without a certificate, or with one of
+    // another CA.
+    assert!(matches!(connect_tls(cert_port, "nocert", "app", &pw, None), Err(Refused::Closed(_))));
+    let other_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "acme");
+    let other = params.self_signed(&other_key).unwrap();
+    let forged = Some((other.pem().into_bytes(), other_key.serialize_pem().into_bytes()));
+    assert!(matches!(connect_tls(cert_port, "forged", "", "", forged), Err(Refused::Closed(_))));
 }
