@@ -157,7 +157,10 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let wake = crate::webhooks::Deliverer::channel();
     let wake_tx = wake.0.clone();
     store.set_outbox(crate::store::Outbox {
-        render: Arc::new(crate::api::webhooks::Payloads { fields: Arc::clone(&config.fields) }),
+        render: Arc::new(crate::api::webhooks::Payloads {
+            fields: Arc::clone(&config.fields),
+            timezone: config.site.timezone.clone(),
+        }),
         backlog_max: i64::try_from(config.webhooks.backlog_max).unwrap_or(i64::MAX),
         body_bytes_max: limits::WEBHOOK_BODY_BYTES_MAX,
         wake: Arc::new(move || {

@@ -9,8 +9,8 @@ use crate::limits;
 use crate::store::StoredAlert;
 use crate::timefmt::{local_ms, now_ms};
 
-fn alert_out(ctx: &Ctx<'_>, a: &StoredAlert) -> Out {
-    let tz = &ctx.app.config.site.timezone;
+/// An alert as the API shows it (also the `alerts.create` webhook's content).
+pub fn alert_out(tz: &jiff::tz::TimeZone, a: &StoredAlert) -> Out {
     let opt_int = |v: Option<i64>| v.map_or(Out::Null, Out::Int);
     Out::map()
         .with("id", Out::Int(a.id))
@@ -45,8 +45,11 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
         ),
     };
     let alerts = ctx.app.store.alerts(&ctx.viewer.org, all, limits::ALERT_LIST_MAX)?;
-    let records: Vec<Out> =
-        alerts.iter().filter(|a| kind.is_none_or(|k| a.kind == k)).map(|a| alert_out(ctx, a)).collect();
+    let records: Vec<Out> = alerts
+        .iter()
+        .filter(|a| kind.is_none_or(|k| a.kind == k))
+        .map(|a| alert_out(&ctx.app.config.site.timezone, a))
+        .collect();
     let inner = Out::map().with("count", Out::Int(records.len() as i64)).with("records", Out::list("alert", records));
     Ok(Reply::ok(Out::map().with("alerts", inner)))
 }
@@ -54,5 +57,5 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 /// Acknowledges an alert; acknowledging it again keeps the first acknowledgement.
 pub fn ack(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     let a = ctx.app.store.ack_alert(&ctx.viewer.org, id, ctx.viewer.user_id, now_ms())?;
-    Ok(Reply::ok(Out::map().with("alert", alert_out(ctx, &a))))
+    Ok(Reply::ok(Out::map().with("alert", alert_out(&ctx.app.config.site.timezone, &a))))
 }

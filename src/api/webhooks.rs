@@ -20,6 +20,8 @@ use crate::timefmt::iso;
 /// activity the activity as Show lists it with its record's id and type.
 pub struct Payloads {
     pub fields: Arc<Vec<CustomField>>,
+    /// The site's time zone (alert timestamps).
+    pub timezone: jiff::tz::TimeZone,
 }
 
 impl Render for Payloads {
@@ -30,6 +32,7 @@ impl Render for Payloads {
                 .with("activity", activity_out(*record_type, activity))
                 .with("itemid", Out::Int(*record_id))
                 .with("itemtype", Out::Int(record_type.typeid())),
+            Content::Alert(alert) => Out::map().with("alert", super::alerts::alert_out(&self.timezone, alert)),
         };
         let doc = Out::map()
             .with("type", Out::text(n.event.as_str()))

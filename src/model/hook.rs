@@ -16,10 +16,12 @@ pub enum Event {
     ActivitiesUpdate,
     ActivitiesDelete,
     ActivitiesRestore,
+    /// An extension: a Warn or Alarm alert was raised (`/alerts`).
+    AlertsCreate,
 }
 
 impl Event {
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 11] = [
         Event::ItemsCategorize,
         Event::ItemsUncategorize,
         Event::ItemsUpdate,
@@ -30,6 +32,7 @@ impl Event {
         Event::ActivitiesCreate,
         Event::ActivitiesDelete,
         Event::ActivitiesRestore,
+        Event::AlertsCreate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +47,7 @@ impl Event {
             Event::ActivitiesUpdate => "activities.update",
             Event::ActivitiesDelete => "activities.delete",
             Event::ActivitiesRestore => "activities.restore",
+            Event::AlertsCreate => "alerts.create",
         }
     }
 
@@ -53,6 +57,10 @@ impl Event {
 
     pub fn is_items(self) -> bool {
         self.as_str().starts_with("items.")
+    }
+
+    pub fn is_alerts(self) -> bool {
+        self.as_str().starts_with("alerts.")
     }
 }
 
@@ -130,11 +138,18 @@ pub const ACTIVITY_CONSTRAINTS: &[&str] = &[
 pub enum Subject {
     Record(RecordType),
     Activity(ActivityType),
+    Alert,
 }
 
 /// Whether a constraint is one the event's family accepts.
 pub fn constraint_allowed(event: Event, constraint: &str) -> bool {
-    if event.is_items() { ITEM_CONSTRAINTS.contains(&constraint) } else { ACTIVITY_CONSTRAINTS.contains(&constraint) }
+    if event.is_alerts() {
+        constraint == "all"
+    } else if event.is_items() {
+        ITEM_CONSTRAINTS.contains(&constraint)
+    } else {
+        ACTIVITY_CONSTRAINTS.contains(&constraint)
+    }
 }
 
 /// Whether a hook with this constraint fires for the subject.
@@ -156,6 +171,7 @@ pub fn constraint_matches(constraint: &str, subject: Subject) -> bool {
             let name = if kind == ActivityType::Attachment { "attachmentfile" } else { kind.segment() };
             constraint == name
         }
+        Subject::Alert => false,
     }
 }
 

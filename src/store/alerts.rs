@@ -2,7 +2,9 @@
 
 use rusqlite::OptionalExtension;
 
+use super::hooks::Target;
 use super::{ExecCached, Result, Store, StoreError};
+use crate::model::hook::Event;
 use crate::model::{RecordType, Viewer};
 
 /// An alert to record.
@@ -61,6 +63,14 @@ fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {
     })
 }
 
+pub(super) fn alert_in(tx: &rusqlite::Transaction<'_>, org: &str, id: i64) -> Result<StoredAlert> {
+    let sql = format!(
+        "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
+         LEFT JOIN items c ON c.id = a.contact_id WHERE a.org = ?1 AND a.id = ?2"
+    );
+    tx.query_row(&sql, (org, id), alert_from_row).optional()?.ok_or(StoreError::NotFound)
+}
+
 impl Store {
     /// Records an alert; for an Alarm first a ticket for the contact (created by the
     /// organisation's first administrator, flagged, urgent, related to the contact) through
@@ -107,13 +117,17 @@ impl Store {
             },
             None => None,
         };
-        let id = self.write(|tx| {
+        // Warn and Alarm reach `alerts.create` webhooks, written with the alert.
+        let notify = a.kind != "Monitor";
+        let id = self.write_emitting(|tx| {
             tx.exec(
                 "INSERT INTO alerts (org, rule, type, device_id, contact_id, text, value, units, t_ms, ticket_id)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 (a.org, a.rule, a.kind, a.device_id, a.contact_id, a.text, a.value, a.units, a.t_ms, ticket),
             )?;
-            Ok(tx.last_insert_rowid())
+            let id = tx.last_insert_rowid();
+            let wrote = notify && self.emit(tx, a.org, &[Event::AlertsCreate], Target::Alert(id))?;
+            Ok((id, wrote))
         })?;
         Ok((id, ticket))
     }
@@ -154,13 +168,7 @@ impl Store {
     }
 
     pub fn alert(&self, org: &str, id: i64) -> Result<StoredAlert> {
-        self.read(|tx| {
-            let sql = format!(
-                "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
-                 LEFT JOIN items c ON c.id = a.contact_id WHERE a.org = ?1 AND a.id = ?2"
-            );
-            tx.query_row(&sql, (org, id), alert_from_row).optional()?.ok_or(StoreError::NotFound)
-        })
+        self.read(|tx| alert_in(tx, org, id))
     }
 
     /// Acknowledges an alert (once: a second acknowledgement keeps the first).

@@ -114,6 +114,7 @@ pub struct Outgoing {
 pub enum Content<'a> {
     Record(&'a RecordDetail),
     Activity { activity: &'a ActivityRow, record_id: i64, record_type: RecordType },
+    Alert(&'a super::StoredAlert),
 }
 
 pub struct Notification<'a> {
@@ -143,6 +144,7 @@ pub struct Outbox {
 pub(super) enum Target {
     Record(RecordType, i64),
     Activity(ActivityType, i64),
+    Alert(i64),
 }
 
 const HOOK_COLUMNS: &str = "h.id, h.owner, h.title, h.active, h.event, h.constrainttype, h.url, h.contenttype, \
@@ -508,6 +510,7 @@ impl Store {
         let subject = match target {
             Target::Record(rt, _) => Subject::Record(rt),
             Target::Activity(kind, _) => Subject::Activity(kind),
+            Target::Alert(_) => Subject::Alert,
         };
         let now = now_secs();
         let mut wrote = false;
@@ -591,7 +594,7 @@ fn queue_start(tx: &Transaction<'_>, hook_id: i64) -> Result<i64> {
 
 fn target_id(target: Target) -> i64 {
     match target {
-        Target::Record(_, id) | Target::Activity(_, id) => id,
+        Target::Record(_, id) | Target::Activity(_, id) | Target::Alert(id) => id,
     }
 }
 
@@ -599,6 +602,7 @@ fn target_id(target: Target) -> i64 {
 enum Rendered {
     Record(RecordDetail),
     Activity(ActivityRow, i64, RecordType),
+    Alert(super::StoredAlert),
 }
 
 fn owner_view(tx: &Transaction<'_>, owner: i64, target: Target) -> Result<Option<Rendered>> {
@@ -622,6 +626,12 @@ fn owner_view(tx: &Transaction<'_>, owner: i64, target: Target) -> Result<Option
             let rt = RecordType::from_typeid(typeid).unwrap_or(RecordType::Contact);
             Ok(Some(Rendered::Activity(activity, record_id, rt)))
         }
+        // Every user of the organisation sees its alerts (the hooks are of that organisation).
+        Target::Alert(id) => match super::alerts::alert_in(tx, &viewer.org, id) {
+            Ok(a) => Ok(Some(Rendered::Alert(a))),
+            Err(StoreError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        },
     }
 }
 
@@ -651,6 +661,9 @@ fn render_bounded(outbox: &Outbox, view: &Rendered, event: Event, target: Target
             },
             ct,
         ),
+        Rendered::Alert(alert) => {
+            outbox.render.render(&Notification { event, object_id, content: Content::Alert(alert) }, ct)
+        }
     };
     if body.len() <= outbox.body_bytes_max { body } else { Vec::new() }
 }

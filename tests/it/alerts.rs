@@ -59,6 +59,19 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     let badge =
         format!(r#"{{"deviceaddress": "5/1/22", "tagtype": 1, "beacon": "ibeacon:{UUID}/5/22", "contactid": {ann}}}"#);
     c.post_json("/devices", &badge).assert_status(201);
+    // Webhooks: alerts.create (Warn and Alarm), items.create for tickets (the Alarm's).
+    let rx = Receiver::start();
+    let hook = |event: &str, constraint: &str| {
+        let body = format!(
+            r#"{{"event": "{event}", "constrainttype": "{constraint}", "url": "{}", "contenttype": "json", "secret": "s"}}"#,
+            rx.url(&format!("/{event}"))
+        );
+        c.post_json("/hooks", &body).assert_status(201);
+    };
+    hook("alerts.create", "all");
+    hook("items.create", "ticket");
+    let bad = format!(r#"{{"event": "alerts.create", "constrainttype": "contact", "url": "{}"}}"#, rx.url("/x"));
+    c.post_json("/hooks", &bad).assert_status(400);
     let addr = mqtt_addr(&s);
     let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
     let app = connect(addr, "app-1", "app", &mqtt_user(&s, "acme", "app", false)).unwrap();
@@ -121,6 +134,26 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     let g = Account { email: "g@globex.test".into(), token: String::from_utf8(out.stdout).unwrap().trim().into() };
     assert_eq!(s.client(&g).get_json("/alerts?all=1").json()["alerts"]["count"], 0);
     s.client(&g).post_json(&format!("/alerts/{alarm_id}/ack"), "{}").assert_status(404);
+
+    // The webhooks: two alerts.create (Warn, Alarm; not Monitor), then the ticket's
+    // items.create, in order.
+    let got = rx.wait_accepted(3);
+    let seen: Vec<(String, String)> = got
+        .iter()
+        .map(|r| {
+            let v = r.json();
+            let kind = v["content"]["alert"]["type"].as_str().map(str::to_string);
+            (r.path.clone(), kind.unwrap_or_else(|| v["type"].as_str().unwrap_or("").to_string()))
+        })
+        .collect();
+    let want = [("/alerts.create", "Warn"), ("/alerts.create", "Alarm"), ("/items.create", "items.create")];
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for w in want {
+        assert!(seen.iter().any(|(p, k)| p == w.0 && k == w.1), "{w:?} in {seen:?}");
+    }
+    let alert_hook = got.iter().find(|r| r.path == "/alerts.create").unwrap().json();
+    assert_eq!(alert_hook["type"], "alerts.create");
+    assert_eq!(alert_hook["objectid"], alert_hook["content"]["alert"]["id"]);
 
     // The shapes, golden (local times redacted).
     let local = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d").unwrap();
