@@ -289,3 +289,10 @@ pub const ALERT_LIST_MAX: u32 = 1_000;
 
 /// Alerts forgotten per purge write (older than `[location] retention_days`).
 pub const ALERT_PURGE_ROWS_MAX: u32 = 2_000;
+
+/// The upstream bridge: messages queued on disk while upstream is down
+/// (`[mqtt] bridge_queue_max`), in flight unacknowledged, and written to the queue per write.
+pub const MQTT_BRIDGE_QUEUE_MAX_DEFAULT: u64 = 100_000;
+pub const MQTT_BRIDGE_QUEUE_MAX_CEILING: u64 = 10_000_000;
+pub const MQTT_BRIDGE_INFLIGHT_MAX: u16 = 100;
+pub const MQTT_BRIDGE_BATCH_MAX: usize = 1_000;

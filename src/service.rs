@@ -207,9 +207,35 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             }
         };
         let publisher = b.publisher();
+        // The upstream bridge gets every feed message too (through its queue on disk).
+        let upstream = match &config.mqtt.bridge {
+            Some(settings) => {
+                let _guard = runtime.enter();
+                let started = crate::mqtt::bridge::Bridge::start(settings.clone(), Arc::clone(&store));
+                match started {
+                    Ok(bridge) => {
+                        app.set_bridge(Arc::clone(&bridge.stats));
+                        Some(bridge)
+                    }
+                    Err(e) => {
+                        location.stop();
+                        return Err(ServeError::Io(format!("MQTT bridge: {e}")));
+                    }
+                }
+            }
+            None => None,
+        };
         feed_task = Some(runtime.spawn(async move {
             while let Some(m) = feed_rx.recv().await {
+                if let Some(bridge) = &upstream
+                    && bridge.tx.try_send(m.clone()).is_err()
+                {
+                    bridge.stats.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 publisher.publish(m.topic, m.payload, m.retain).await;
+            }
+            if let Some(bridge) = upstream {
+                bridge.stop().await;
             }
         }));
         broker = Some(b);
@@ -276,9 +302,9 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
     }
     location.stop();
-    // The feed's last messages reach the broker, then the broker stops.
+    // The feed's last messages reach the broker (and the bridge's queue), then the broker stops.
     if let Some(task) = feed_task {
-        let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
+        let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(15), task).await });
     }
     if let Some(b) = broker {
         b.stop();

@@ -54,6 +54,8 @@ pub struct App {
     pub mqtt: Arc<crate::mqtt::broker::BrokerStats>,
     /// Remote receivers (set once the location engine runs).
     pub ingest: std::sync::OnceLock<Arc<crate::mqtt::ingest::Ingest>>,
+    /// The upstream bridge, when configured.
+    pub bridge: std::sync::OnceLock<Arc<crate::mqtt::bridge::BridgeStats>>,
 }
 
 /// An HTTP request as the API sees it, whether it came from a socket or from a batch part.
@@ -204,7 +206,18 @@ impl App {
         );
         let scan = Arc::new(crate::location::ble::ScanState::default());
         let mqtt = Arc::default();
-        Ok(App { config, store, quota, fault_injection, metrics, site, scan, mqtt, ingest: Default::default() })
+        Ok(App {
+            config,
+            store,
+            quota,
+            fault_injection,
+            metrics,
+            site,
+            scan,
+            mqtt,
+            ingest: Default::default(),
+            bridge: Default::default(),
+        })
     }
 
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
@@ -295,6 +308,10 @@ impl App {
         let _ = self.ingest.set(ingest);
     }
 
+    pub fn set_bridge(&self, stats: Arc<crate::mqtt::bridge::BridgeStats>) {
+        let _ = self.bridge.set(stats);
+    }
+
     /// The remote receivers of the site map for /health: when each was last heard, and
     /// whether it has been silent longer than `[location] receiver_silent_s`.
     fn receivers_out(&self) -> Out {
@@ -338,6 +355,19 @@ impl App {
             .with("published", n(&m.published))
             .with("dropped", n(&m.dropped))
             .with("feeddropped", n(&m.feed_dropped))
+            .with("bridge", self.bridge_out())
+    }
+
+    /// The upstream bridge for /health (empty when there is none).
+    fn bridge_out(&self) -> Out {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(b) = self.bridge.get() else { return Out::map() };
+        let queued = self.store.bridge_queued().unwrap_or(-1);
+        Out::map()
+            .with("connected", Out::Int(i64::from(b.connected.load(Relaxed))))
+            .with("queued", Out::Int(queued))
+            .with("sent", Out::Int(i64::try_from(b.sent.load(Relaxed)).unwrap_or(i64::MAX)))
+            .with("dropped", Out::Int(i64::try_from(b.dropped.load(Relaxed)).unwrap_or(i64::MAX)))
     }
 
     /// The live BLE source's state for /health.

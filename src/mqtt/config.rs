@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::bridge::BridgeSettings;
 use super::broker::{BrokerSettings, TlsSettings};
 use crate::config::{ConfigError, bounded};
 use crate::limits;
@@ -28,12 +29,20 @@ pub struct RawMqtt {
     pub tls_key: Option<String>,
     pub client_ca: Option<String>,
     pub client_cert_listen: Option<String>,
+    pub bridge_url: Option<String>,
+    pub bridge_username: Option<String>,
+    pub bridge_password: Option<String>,
+    pub bridge_ca: Option<String>,
+    pub bridge_client_id: Option<String>,
+    pub bridge_prefix: Option<String>,
+    pub bridge_queue_max: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
 pub struct MqttConfig {
     pub enabled: bool,
     pub broker: BrokerSettings,
+    pub bridge: Option<BridgeSettings>,
 }
 
 fn addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
@@ -87,7 +96,17 @@ pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result
             })
         }
     };
+    let bridge = match &raw.bridge_url {
+        None => {
+            if raw.bridge_username.is_some() || raw.bridge_ca.is_some() || raw.bridge_prefix.is_some() {
+                return Err(ConfigError::new("mqtt.bridge_url", "is required by the other bridge_ keys"));
+            }
+            None
+        }
+        Some(url) => Some(resolve_bridge(raw, url, relative)?),
+    };
     Ok(MqttConfig {
+        bridge,
         enabled: raw.enabled.unwrap_or(true),
         broker: BrokerSettings {
             listen,
@@ -125,6 +144,62 @@ pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result
     })
 }
 
+fn resolve_bridge(raw: &RawMqtt, url: &str, relative: &dyn Fn(&str) -> PathBuf) -> Result<BridgeSettings, ConfigError> {
+    let bad = |m: &str| ConfigError::new("mqtt.bridge_url", format!("{url:?}: {m}"));
+    let uri = url.parse::<http::Uri>().map_err(|_| bad("is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT]"))?;
+    let tls = match uri.scheme_str() {
+        Some("mqtt") => false,
+        Some("mqtts") => true,
+        _ => return Err(bad("the scheme is mqtt or mqtts")),
+    };
+    let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(|| bad("has no host"))?;
+    if uri.path() != "/" && !uri.path().is_empty() {
+        return Err(bad("has a path"));
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = uri.port_u16().unwrap_or(if tls { 8883 } else { 1883 });
+    let ca = match &raw.bridge_ca {
+        None => None,
+        Some(p) => {
+            if !tls {
+                return Err(ConfigError::new("mqtt.bridge_ca", "is for an mqtts:// bridge_url"));
+            }
+            let p = relative(p);
+            check_readable(&p).map_err(|m| ConfigError::new("mqtt.bridge_ca", m))?;
+            Some(p)
+        }
+    };
+    let prefix = raw.bridge_prefix.clone().unwrap_or_default();
+    if prefix.contains(['+', '#']) || prefix.len() > 128 {
+        return Err(ConfigError::new("mqtt.bridge_prefix", "is up to 128 bytes without + or #"));
+    }
+    let client_id = match &raw.bridge_client_id {
+        Some(id) if !id.is_empty() && id.len() <= 64 => id.clone(),
+        Some(_) => return Err(ConfigError::new("mqtt.bridge_client_id", "is 1..64 bytes")),
+        None => {
+            let node = rustix::system::uname().nodename().to_string_lossy().into_owned();
+            format!("sitegate-{node}").chars().take(64).collect()
+        }
+    };
+    Ok(BridgeSettings {
+        host,
+        port,
+        tls,
+        username: raw.bridge_username.clone(),
+        password: raw.bridge_password.clone(),
+        ca,
+        client_id,
+        prefix,
+        queue_max: bounded(
+            "mqtt.bridge_queue_max",
+            raw.bridge_queue_max,
+            limits::MQTT_BRIDGE_QUEUE_MAX_DEFAULT,
+            1,
+            limits::MQTT_BRIDGE_QUEUE_MAX_CEILING,
+        )?,
+    })
+}
+
 fn check_readable(path: &Path) -> Result<(), String> {
     std::fs::File::open(path).map(|_| ()).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
@@ -145,6 +220,16 @@ impl MqttConfig {
             tls_key: b.tls.as_ref().map(|t| t.key.display().to_string()),
             client_ca: b.tls.as_ref().and_then(|t| t.client_cert.as_ref()).map(|(_, ca)| ca.display().to_string()),
             client_cert_listen: b.tls.as_ref().and_then(|t| t.client_cert.as_ref()).map(|(l, _)| l.to_string()),
+            bridge_url: self.bridge.as_ref().map(|g| {
+                let host = if g.host.contains(':') { format!("[{}]", g.host) } else { g.host.clone() };
+                format!("{}://{host}:{}", if g.tls { "mqtts" } else { "mqtt" }, g.port)
+            }),
+            bridge_username: self.bridge.as_ref().and_then(|g| g.username.clone()),
+            bridge_password: self.bridge.as_ref().and_then(|g| g.password.as_ref().map(|_| "(set)".to_string())),
+            bridge_ca: self.bridge.as_ref().and_then(|g| g.ca.as_ref().map(|p| p.display().to_string())),
+            bridge_client_id: self.bridge.as_ref().map(|g| g.client_id.clone()),
+            bridge_prefix: self.bridge.as_ref().map(|g| g.prefix.clone()),
+            bridge_queue_max: self.bridge.as_ref().map(|g| g.queue_max),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! topic rules (`acl`) and the feed the location engine publishes (`feed`).
 
 pub mod acl;
+pub mod bridge;
 pub mod broker;
 pub mod certs;
 pub mod config;

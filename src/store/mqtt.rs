@@ -110,3 +110,64 @@ impl Store {
         })
     }
 }
+
+/// A message waiting for the upstream broker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Queued {
+    pub id: i64,
+    pub topic: String,
+    pub payload: Vec<u8>,
+    pub retain: bool,
+}
+
+impl Store {
+    /// Appends messages to the bridge's queue; beyond `rows_max` the oldest are dropped.
+    /// Returns how many were dropped.
+    pub fn bridge_enqueue(&self, messages: &[(String, Vec<u8>, bool)], rows_max: u64) -> Result<u64> {
+        self.write(|tx| {
+            for (topic, payload, retain) in messages {
+                tx.exec(
+                    "INSERT INTO bridge_queue (topic, payload, retain) VALUES (?1, ?2, ?3)",
+                    (topic, payload, retain),
+                )?;
+            }
+            let count: i64 = tx.query_row("SELECT count(*) FROM bridge_queue", [], |r| r.get(0))?;
+            let over = count - i64::try_from(rows_max).unwrap_or(i64::MAX);
+            if over > 0 {
+                let n = tx.exec(
+                    "DELETE FROM bridge_queue WHERE id IN (SELECT id FROM bridge_queue ORDER BY id LIMIT ?1)",
+                    [over],
+                )?;
+                return Ok(n as u64);
+            }
+            Ok(0)
+        })
+    }
+
+    /// Up to `limit` queued messages after `after_id`, oldest first.
+    pub fn bridge_peek(&self, after_id: i64, limit: u32) -> Result<Vec<Queued>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, topic, payload, retain FROM bridge_queue WHERE id > ?1 ORDER BY id LIMIT ?2",
+            )?;
+            let rows = stmt.query_map((after_id, limit), |r| {
+                Ok(Queued { id: r.get(0)?, topic: r.get(1)?, payload: r.get(2)?, retain: r.get(3)? })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// Removes delivered messages.
+    pub fn bridge_delivered(&self, ids: &[i64]) -> Result<()> {
+        self.write(|tx| {
+            for id in ids {
+                tx.exec("DELETE FROM bridge_queue WHERE id = ?1", [id])?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn bridge_queued(&self) -> Result<i64> {
+        self.read(|tx| Ok(tx.query_row("SELECT count(*) FROM bridge_queue", [], |r| r.get(0))?))
+    }
+}

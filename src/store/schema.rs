@@ -272,4 +272,13 @@ CREATE TABLE alerts (
 );
 CREATE INDEX alerts_org ON alerts (org, id);
 "#,
+    // 6: the upstream bridge's queue: feed messages waiting for the upstream broker.
+    r#"
+CREATE TABLE bridge_queue (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic   TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    retain  INTEGER NOT NULL
+);
+"#,
 ];

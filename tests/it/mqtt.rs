@@ -375,3 +375,136 @@ fn tls_with_passwords_and_with_client_certificates() {
     let forged = Some((other.pem().into_bytes(), other_key.serialize_pem().into_bytes()));
     assert!(matches!(connect_tls(cert_port, "forged", "", "", forged), Err(Refused::Closed(_))));
 }
+
+/// An upstream mosquitto on loopback, on a port of its own; killed when dropped.
+struct Upstream {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Upstream {
+    fn start(dir: &std::path::Path, port: u16) -> Upstream {
+        let conf = dir.join("mosquitto.conf");
+        // Persistence: a subscriber's session (and its queued messages) outlives a restart.
+        std::fs::write(
+            &conf,
+            format!(
+                // As root, mosquitto would switch to its own user, who cannot write here.
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nuser {}\n",
+                dir.display(),
+                std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "root".into())
+            ),
+        )
+        .unwrap();
+        let bin = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"].into_iter().find(|p| std::path::Path::new(p).exists());
+        let child = std::process::Command::new(bin.expect("mosquitto installed (scripts/test installs it)"))
+            .arg("-c")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start mosquitto");
+        wait_for("mosquitto listening", || std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
+        Upstream { child, port, dir: dir.to_path_buf() }
+    }
+
+    fn restart(mut self) -> Upstream {
+        self.stop();
+        Upstream::start(&self.dir.clone(), self.port)
+    }
+
+    /// SIGTERM: mosquitto saves its sessions on the way out.
+    fn stop(&mut self) {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The feed forwarded to an upstream broker (Debian's mosquitto), with the bridge's queue on
+/// disk carrying it over an outage of the upstream.
+#[test]
+fn the_feed_reaches_an_upstream_broker_and_outlasts_its_outage() {
+    let dir = test_dir("mqtt_bridge");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut upstream = Upstream::start(&dir, port);
+    let config = BASE_CONFIG.replace(
+        "[mqtt]\nlisten = \"127.0.0.1:0\"\n",
+        &format!(
+            "[mqtt]\nlisten = \"127.0.0.1:0\"\nbridge_url = \"mqtt://127.0.0.1:{port}\"\nbridge_prefix = \"site-a/\"\n"
+        ),
+    );
+    let config = format!(
+        "{config}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
+        crate::location::SITE
+    );
+    let config_path = dir.join("config.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let s = Service::launch(dir.clone(), config_path, &[]);
+    let c = s.admin_client();
+    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
+    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
+        .assert_status(201);
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
+    let advert = format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}");
+    // The central system's subscriber keeps its session at the upstream broker.
+    let central = || {
+        let mut options = MqttOptions::new("central", "127.0.0.1", port);
+        options.set_keep_alive(Duration::from_secs(30)).set_clean_session(false);
+        connect_options(options, "", "", |_| {}).expect("mosquitto")
+    };
+
+    // Up: the data messages and the (retained) state arrive upstream under the prefix.
+    let sub = central();
+    assert_eq!(sub.subscribe("site-a/#"), SubscribeReasonCode::Success(QoS::AtLeastOnce));
+    let mut topics = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert);
+        while let Some(p) = sub.next_publish(Duration::from_millis(100)) {
+            topics.insert(p.topic.clone());
+        }
+        if topics.len() >= 2 {
+            break;
+        }
+    }
+    let want: std::collections::BTreeSet<String> =
+        ["site-a/acme/5.1.22/data", "site-a/acme/5.1.22/state"].map(String::from).into();
+    assert_eq!(topics, want);
+
+    // Down: the feed goes on; the bridge queues it on disk.
+    drop(sub);
+    upstream.stop();
+    let queued_during_outage = wait_for("messages queued while upstream is down", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert);
+        std::thread::sleep(Duration::from_millis(200));
+        let h = s.anonymous().get_json("/health").json();
+        let b = &h["mqtt"]["bridge"];
+        (b["connected"] == 0 && b["queued"].as_i64().unwrap_or(0) >= 3).then(|| b["queued"].as_i64().unwrap())
+    });
+    assert!(queued_during_outage >= 3);
+
+    // Back: what was queued is delivered, in order, and the queue empties.
+    let upstream = upstream.restart();
+    wait_for("the queue drained upstream", || {
+        let h = s.anonymous().get_json("/health").json();
+        (h["mqtt"]["bridge"]["connected"] == 1 && h["mqtt"]["bridge"]["queued"] == 0).then_some(())
+    });
+    let sub = central();
+    let mut data = 0;
+    wait_for("the queue delivered upstream", || {
+        while let Some(p) = sub.next_publish(Duration::from_millis(200)) {
+            if p.topic == "site-a/acme/5.1.22/data" {
+                data += 1;
+            }
+        }
+        (data >= queued_during_outage).then_some(())
+    });
+    drop(upstream);
+}

@@ -1,0 +1,280 @@
+//! The upstream bridge: the gateway's feed (data, state and alert messages) forwarded to a
+//! central MQTT broker (mosquitto, EMQX, HiveMQ), so that a site's gateways feed one system.
+//!
+//! Every feed message is first written to a queue in the database (`bridge_queue`, bounded by
+//! `bridge_queue_max`: beyond it the oldest are dropped and counted), then sent upstream at
+//! QoS 1 (retained states stay retained) and removed once the upstream broker acknowledged it.
+//! While upstream is down the queue grows; when it is back, the queue drains in order. A
+//! message may arrive twice after a reconnect (at least once), never out of order within a
+//! connection. One tokio task writes the queue, one talks to upstream (rumqttc, on the
+//! process's runtime).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, Event, MqttOptions, Outgoing, Packet, QoS, Transport};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::feed::FeedMessage;
+use crate::limits;
+use crate::store::Store;
+
+#[derive(Clone, Debug)]
+pub struct BridgeSettings {
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// PEM file of the upstream's CA (default: the system's roots).
+    pub ca: Option<std::path::PathBuf>,
+    pub client_id: String,
+    /// Put before every topic upstream (`site-a/`).
+    pub prefix: String,
+    pub queue_max: u64,
+}
+
+/// What /health shows of the bridge.
+#[derive(Default)]
+pub struct BridgeStats {
+    pub connected: AtomicBool,
+    pub sent: AtomicU64,
+    pub dropped: AtomicU64,
+}
+
+pub struct Bridge {
+    pub tx: mpsc::Sender<FeedMessage>,
+    pub stats: Arc<BridgeStats>,
+    writer: tokio::task::JoinHandle<()>,
+    sender: tokio::task::JoinHandle<()>,
+    stop: watch::Sender<bool>,
+}
+
+impl Bridge {
+    pub fn start(settings: BridgeSettings, store: Arc<Store>) -> Result<Bridge, String> {
+        let transport = transport(&settings)?;
+        let (tx, rx) = mpsc::channel(limits::MQTT_FEED_QUEUE_MAX);
+        let stats = Arc::new(BridgeStats::default());
+        let queued = Arc::new(Notify::new());
+        let (stop, stopped) = watch::channel(false);
+        let writer = tokio::spawn(write_queue(
+            rx,
+            Arc::clone(&store),
+            settings.queue_max,
+            Arc::clone(&queued),
+            Arc::clone(&stats),
+        ));
+        let sender = tokio::spawn(send_upstream(settings, transport, store, queued, Arc::clone(&stats), stopped));
+        Ok(Bridge { tx, stats, writer, sender, stop })
+    }
+
+    /// Writes what is still in memory to the queue and stops (what is queued waits there for
+    /// the next start).
+    pub async fn stop(self) {
+        drop(self.tx);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.writer).await;
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.sender).await;
+    }
+}
+
+fn transport(s: &BridgeSettings) -> Result<Transport, String> {
+    if !s.tls {
+        return Ok(Transport::tcp());
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    match &s.ca {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            for cert in
+                <rustls::pki_types::CertificateDer<'_> as rustls::pki_types::pem::PemObject>::pem_slice_iter(&pem)
+            {
+                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+                roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Transport::tls_with_config(rumqttc::TlsConfiguration::Rustls(Arc::new(config))))
+}
+
+/// Feed messages into the database queue, in batches.
+async fn write_queue(
+    mut rx: mpsc::Receiver<FeedMessage>,
+    store: Arc<Store>,
+    queue_max: u64,
+    queued: Arc<Notify>,
+    stats: Arc<BridgeStats>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![(first.topic, first.payload, first.retain)];
+        while batch.len() < limits::MQTT_BRIDGE_BATCH_MAX {
+            match rx.try_recv() {
+                Ok(m) => batch.push((m.topic, m.payload, m.retain)),
+                Err(_) => break,
+            }
+        }
+        let store = Arc::clone(&store);
+        match tokio::task::spawn_blocking(move || store.bridge_enqueue(&batch, queue_max)).await {
+            Ok(Ok(dropped)) => {
+                if dropped > 0 {
+                    stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+                    log::warn!("mqtt bridge: queue full ({queue_max} messages): the {dropped} oldest dropped");
+                }
+            }
+            Ok(Err(e)) => log::warn!("mqtt bridge: cannot queue messages: {e}"),
+            Err(e) => log::warn!("mqtt bridge: queue writer failed: {e}"),
+        }
+        queued.notify_one();
+    }
+}
+
+/// Connects, sends the queue in order, removes what upstream acknowledged; on any error starts
+/// over with a new connection after a pause (1 s, doubling to 30 s).
+async fn send_upstream(
+    s: BridgeSettings,
+    transport: Transport,
+    store: Arc<Store>,
+    queued: Arc<Notify>,
+    stats: Arc<BridgeStats>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_secs(1);
+    let mut failures = 0u64;
+    loop {
+        let mut options = MqttOptions::new(&s.client_id, &s.host, s.port);
+        options
+            .set_keep_alive(Duration::from_secs(30))
+            .set_clean_session(true)
+            .set_inflight(limits::MQTT_BRIDGE_INFLIGHT_MAX)
+            .set_max_packet_size(
+                limits::MQTT_PACKET_BYTES_MAX_CEILING as usize,
+                limits::MQTT_PACKET_BYTES_MAX_CEILING as usize,
+            )
+            .set_transport(transport.clone());
+        if let Some(user) = &s.username {
+            options.set_credentials(user, s.password.clone().unwrap_or_default());
+        }
+        let (client, mut eventloop) = AsyncClient::new(options, usize::from(limits::MQTT_BRIDGE_INFLIGHT_MAX) * 2);
+        let (ev_tx, mut events) = mpsc::channel(256);
+        let poller = tokio::spawn(async move {
+            loop {
+                let ev = eventloop.poll().await;
+                let failed = ev.is_err();
+                if ev_tx.send(ev).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let outcome = session(&s, &client, &mut events, &store, &queued, &stats, &mut stopped).await;
+        poller.abort();
+        stats.connected.store(false, Ordering::Relaxed);
+        match outcome {
+            Session::Stopped => return,
+            Session::Failed(why) => {
+                failures += 1;
+                // The first failure and then every 20th: a long outage is not a log flood.
+                if failures == 1 || failures.is_multiple_of(20) {
+                    log::warn!("mqtt bridge: upstream {}:{} unavailable ({why}); retrying", s.host, s.port);
+                }
+            }
+            Session::Ended => backoff = Duration::from_secs(1),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stopped.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+enum Session {
+    Stopped,
+    Failed(String),
+    Ended,
+}
+
+async fn session(
+    s: &BridgeSettings,
+    client: &AsyncClient,
+    events: &mut mpsc::Receiver<Result<Event, rumqttc::ConnectionError>>,
+    store: &Arc<Store>,
+    queued: &Notify,
+    stats: &BridgeStats,
+    stopped: &mut watch::Receiver<bool>,
+) -> Session {
+    let mut connected = false;
+    // Row ids published and not yet given a packet id, in order; packet id -> row id.
+    let mut unassigned: VecDeque<i64> = VecDeque::new();
+    let mut in_flight: HashMap<u16, i64> = HashMap::new();
+    let mut acked: Vec<i64> = Vec::new();
+    let mut after = 0i64;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Some(Ok(Event::Incoming(Packet::ConnAck(_)))) => {
+                    connected = true;
+                    stats.connected.store(true, Ordering::Relaxed);
+                    log::info!("mqtt bridge: connected to {}:{}", s.host, s.port);
+                }
+                Some(Ok(Event::Outgoing(Outgoing::Publish(pkid)))) => {
+                    if let Some(id) = unassigned.pop_front() {
+                        in_flight.insert(pkid, id);
+                    }
+                }
+                Some(Ok(Event::Incoming(Packet::PubAck(ack)))) => {
+                    if let Some(id) = in_flight.remove(&ack.pkid) {
+                        acked.push(id);
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Session::Failed(e.to_string()),
+                None => return Session::Ended,
+            },
+            _ = queued.notified() => {}
+            _ = tick.tick() => {}
+            _ = stopped.changed() => {
+                let _ = client.disconnect().await;
+                return Session::Stopped;
+            }
+        }
+        if !acked.is_empty() {
+            let ids = std::mem::take(&mut acked);
+            let n = ids.len() as u64;
+            let store = Arc::clone(store);
+            if let Ok(Ok(())) = tokio::task::spawn_blocking(move || store.bridge_delivered(&ids)).await {
+                stats.sent.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        let busy = unassigned.len() + in_flight.len();
+        let room = usize::from(limits::MQTT_BRIDGE_INFLIGHT_MAX).saturating_sub(busy);
+        if !connected || room == 0 {
+            continue;
+        }
+        let store2 = Arc::clone(store);
+        let batch = match tokio::task::spawn_blocking(move || store2.bridge_peek(after, room as u32)).await {
+            Ok(Ok(b)) => b,
+            _ => continue,
+        };
+        for m in batch {
+            let topic = format!("{}{}", s.prefix, m.topic);
+            if let Err(e) = client.publish(topic, QoS::AtLeastOnce, m.retain, m.payload).await {
+                return Session::Failed(e.to_string());
+            }
+            unassigned.push_back(m.id);
+            after = m.id;
+        }
+    }
+}
