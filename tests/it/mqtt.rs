@@ -508,3 +508,78 @@ fn the_feed_reaches_an_upstream_broker_and_outlasts_its_outage() {
     });
     drop(upstream);
 }
+
+/// Stock clients: mosquitto_sub (MQTT 3.1.1 and 5) reads the feed; mosquitto_pub over MQTT 5
+/// is told "not authorised" (0x87) for another organisation's topic and for a feed topic.
+#[test]
+fn stock_mosquitto_clients_read_the_feed_and_hear_refusals() {
+    let config = format!(
+        "{BASE_CONFIG}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
+        crate::location::SITE
+    );
+    let s = Service::start_with("mqtt_stock_clients", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
+    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
+        .assert_status(201);
+    let addr = mqtt_addr(&s);
+    let port = addr.port().to_string();
+    let pw = mqtt_user(&s, "acme", "intercom", false);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let sub = |version: &str| {
+        std::process::Command::new("mosquitto_sub")
+            .args(["-h", "127.0.0.1", "-p", &port, "-u", "intercom", "-P", &pw, "-V", version])
+            .args(["-t", "acme/+/data", "-C", "1", "-W", "60", "-v"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("mosquitto_sub (scripts/test installs mosquitto-clients)")
+    };
+    let subs = [sub("mqttv311"), sub("mqttv5")];
+    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
+    let advert = format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}");
+    for _ in 0..20 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for child in subs {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("acme/5.1.22/data {\"deviceId\":\"5.1.22\""),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for topic in ["globex/notes", "acme/5.1.22/alert"] {
+        let out = std::process::Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &port, "-u", "intercom", "-P", &pw, "-V", "mqttv5", "-q", "1"])
+            .args(["-t", topic, "-m", "x"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Not authorized"), "{topic}: {err}");
+    }
+    // A wrong password over MQTT 5: CONNACK 0x86.
+    let out = std::process::Command::new("mosquitto_pub")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "intercom",
+            "-P",
+            "wrong",
+            "-V",
+            "mqttv5",
+            "-t",
+            "acme/x",
+            "-m",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("bad user name or password"), "{:?}", out);
+}
