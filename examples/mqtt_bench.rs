@@ -26,18 +26,26 @@ fn options(id: &str, host: &str, port: u16, user: &str, password: &str) -> MqttO
     o
 }
 
+/// Where and as whom to connect, and what to subscribe to.
+#[derive(Clone)]
+struct Target {
+    host: String,
+    port: u16,
+    user: String,
+    password: String,
+    topic: String,
+}
+
 /// Connects and subscribes; returns once the SUBACK is in, with the event loop running.
 async fn subscriber(
     id: String,
-    host: String,
-    port: u16,
-    auth: (String, String),
-    topic: String,
+    t: Target,
     qos: QoS,
     latencies: Option<tokio::sync::mpsc::UnboundedSender<u64>>,
     received: Arc<AtomicU64>,
 ) -> (AsyncClient, tokio::task::JoinHandle<()>) {
-    let (client, mut eventloop) = AsyncClient::new(options(&id, &host, port, &auth.0, &auth.1), 1000);
+    let (client, mut eventloop) = AsyncClient::new(options(&id, &t.host, t.port, &t.user, &t.password), 1000);
+    let topic = t.topic;
     client.subscribe(&topic, qos).await.expect("subscribe");
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
@@ -84,8 +92,14 @@ async fn main() {
     let mode = args.first().map(String::as_str).unwrap_or("");
     let host = args.get(1).cloned().unwrap_or_else(|| "127.0.0.1".into());
     let port: u16 = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(1883);
-    let auth = (args.get(3).cloned().unwrap_or_default(), args.get(4).cloned().unwrap_or_default());
-    let topic = args.get(5).cloned().unwrap_or_else(|| "acme/bench".into());
+    let target = Target {
+        host: host.clone(),
+        port,
+        user: args.get(3).cloned().unwrap_or_default(),
+        password: args.get(4).cloned().unwrap_or_default(),
+        topic: args.get(5).cloned().unwrap_or_else(|| "acme/bench".into()),
+    };
+    let topic = target.topic.clone();
     match mode {
         "pubsub" => {
             let subs: usize = args.get(6).and_then(|v| v.parse().ok()).unwrap_or(1).clamp(1, 1000);
@@ -98,13 +112,11 @@ async fn main() {
             for i in 0..subs {
                 // Latencies from the first subscriber (all subscribers get every message).
                 let l = (i == 0).then(|| lat_tx.clone());
-                clients.push(
-                    subscriber(format!("bench-sub-{i}"), host.clone(), port, auth.clone(), topic.clone(), qos, l, Arc::clone(&received))
-                        .await,
-                );
+                clients.push(subscriber(format!("bench-sub-{i}"), target.clone(), qos, l, Arc::clone(&received)).await);
             }
             drop(lat_tx);
-            let (publisher, mut eventloop) = AsyncClient::new(options("bench-pub", &host, port, &auth.0, &auth.1), 10_000);
+            let (publisher, mut eventloop) =
+                AsyncClient::new(options("bench-pub", &host, port, &target.user, &target.password), 10_000);
             let pub_loop = tokio::spawn(async move { while eventloop.poll().await.is_ok() {} });
             let started = Instant::now();
             let total = rate * seconds;
@@ -157,7 +169,7 @@ async fn main() {
             let mut clients = Vec::new();
             for i in 0..n {
                 clients.push(
-                    subscriber(format!("bench-idle-{i}"), host.clone(), port, auth.clone(), topic.clone(), QoS::AtMostOnce, None, Arc::clone(&received))
+                    subscriber(format!("bench-idle-{i}"), target.clone(), QoS::AtMostOnce, None, Arc::clone(&received))
                         .await,
                 );
             }
