@@ -26,6 +26,11 @@ pub fn may_subscribe(p: &Principal, filter: &str) -> bool {
     if p.unrestricted {
         return true;
     }
+    // A shared subscription `$share/{group}/{filter}` is judged by its filter.
+    let filter = match filter.strip_prefix("$share/").and_then(|rest| rest.split_once('/')) {
+        Some((group, inner)) if !group.is_empty() && !group.contains(['+', '#']) => inner,
+        _ => filter,
+    };
     let mut levels = filter.split('/');
     levels.next() == Some(p.org.as_str()) && levels.next().is_some()
 }
@@ -71,7 +76,10 @@ mod tests {
         for ok in ["acme/+/data", "acme/#", "acme/5.1.22/state", "acme/+/+"] {
             assert!(may_subscribe(&p, ok), "{ok}");
         }
-        for no in ["#", "+/+/data", "other/+/data", "acmex/#", "acme", "$SYS/#", "$share/g/acme/#", "+/#"] {
+        assert!(may_subscribe(&p, "$share/alarms/acme/+/alert"));
+        for no in
+            ["#", "+/+/data", "other/+/data", "acmex/#", "acme", "$SYS/#", "$share/g/other/#", "$share//acme/#", "+/#"]
+        {
             assert!(!may_subscribe(&p, no), "{no}");
         }
     }

@@ -103,6 +103,7 @@ impl Broker {
             .build()
             .await;
         *scx.extends.retain_mut().await = Box::new(RetainStore::default());
+        *scx.extends.shared_subscription_mut().await = Box::new(SharedRoundRobin::default());
         let hooks = Arc::new(Hooks {
             store,
             open_topics: settings.open_topics,
@@ -443,5 +444,45 @@ impl RetainStorage for RetainStore {
 
     async fn max(&self) -> isize {
         self.inner.max().await
+    }
+}
+
+/// `$share/{group}/{filter}`: each message to one subscriber of the group, in turn, preferring
+/// those online (the broker's default has no shared subscriptions).
+#[derive(Default)]
+struct SharedRoundRobin {
+    next: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl rmqtt::subscribe::SharedSubscription for SharedRoundRobin {
+    fn is_supported(&self) -> bool {
+        true
+    }
+
+    async fn choice(
+        &self,
+        _scx: &ServerContext,
+        _group: &rmqtt::types::SharedGroup,
+        _publisher: &Id,
+        _topic: &TopicName,
+        members: &[(
+            rmqtt::types::NodeId,
+            ClientId,
+            rmqtt::types::SubscriptionOptions,
+            Option<Vec<rmqtt::types::SubscriptionIdentifier>>,
+            Option<rmqtt::types::IsOnline>,
+        )],
+    ) -> Option<(usize, rmqtt::types::IsOnline)> {
+        if members.is_empty() {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = members.len();
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|i| members[*i].4.unwrap_or(true))
+            .map(|i| (i, true))
+            .or(Some((start % n, false)))
     }
 }

@@ -583,3 +583,26 @@ fn stock_mosquitto_clients_read_the_feed_and_hear_refusals() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("bad user name or password"), "{:?}", out);
 }
+
+/// `$share/{group}/...` within the organisation: each message to one member of the group, in
+/// turn; another organisation's filter is refused even inside a share.
+#[test]
+fn shared_subscriptions_split_messages_within_the_organisation() {
+    let s = Service::start_with("mqtt_shared", Options { config: BASE_CONFIG, ..Default::default() });
+    let addr = mqtt_addr(&s);
+    let pw = mqtt_user(&s, "acme", "worker", false);
+    let a = connect(addr, "worker-a", "worker", &pw).unwrap();
+    let b = connect(addr, "worker-b", "worker", &pw).unwrap();
+    for m in [&a, &b] {
+        assert_eq!(m.subscribe("$share/alarms/acme/jobs"), SubscribeReasonCode::Success(QoS::AtLeastOnce));
+    }
+    assert_eq!(a.subscribe("$share/alarms/globex/jobs"), SubscribeReasonCode::Failure);
+    let publisher = connect(addr, "dispatcher", "worker", &pw).unwrap();
+    for i in 0..10 {
+        publisher.publish("acme/jobs", &format!("job {i}"));
+    }
+    let count = |m: &Mqtt| std::iter::from_fn(|| m.next_publish(Duration::from_secs(2))).count();
+    let (na, nb) = (count(&a), count(&b));
+    assert_eq!(na + nb, 10, "every job once: {na} + {nb}");
+    assert!(na > 0 && nb > 0, "both members get some: {na} + {nb}");
+}
