@@ -296,3 +296,7 @@ pub const MQTT_BRIDGE_QUEUE_MAX_DEFAULT: u64 = 100_000;
 pub const MQTT_BRIDGE_QUEUE_MAX_CEILING: u64 = 10_000_000;
 pub const MQTT_BRIDGE_INFLIGHT_MAX: u16 = 100;
 pub const MQTT_BRIDGE_BATCH_MAX: usize = 1_000;
+
+/// A reconnecting client waits up to STEPS x STEP_MS for its old session to finish closing.
+pub const MQTT_RECONNECT_WAIT_STEPS: u32 = 40;
+pub const MQTT_RECONNECT_WAIT_STEP_MS: u64 = 25;

@@ -319,6 +319,15 @@ impl Hooks {
             log::info!("mqtt: refused {username:?}: client id {client_id:?} is in use by another organisation");
             return AuthResult::NotAuthorized;
         }
+        // A client that reconnects at once finds its old session still closing, and the
+        // broker would answer "server unavailable": give the closing a moment (bounded).
+        for _ in 0..limits::MQTT_RECONNECT_WAIT_STEPS {
+            let entry = self.scx.extends.shared().await.entry(ci.id().clone());
+            if entry.try_lock().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(limits::MQTT_RECONNECT_WAIT_STEP_MS)).await;
+        }
         self.principals
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
