@@ -8,8 +8,9 @@
 Each broker runs pinned to CPU 0 (taskset), the load (examples/mqtt_bench.rs, rumqttc on one
 tokio thread) to CPU 1. Runs: one publisher to 1 and to 10 subscribers, 200-byte payloads,
 QoS 0 and 1, at fixed rates and flat out; one-way latency as measured (p50/p99, no
-correction). Memory: RSS of the broker process idle, with 1,000 idle subscribed connections,
-after they disconnect, and after five rounds of 1,000 connects and disconnects (churn). For
+correction). Memory (measured first, on the fresh broker): RSS of the broker process idle, with 1,000 idle
+subscribed connections, after they disconnect, and after five rounds of 1,000 connects and
+disconnects (churn); then again after the message runs. For
 sitegate the RSS is the whole appliance (HTTP API, SQLite, location engine) with the broker.
 Prints Markdown tables with sitegate / mosquitto ratios. Python standard library only.
 """
@@ -163,15 +164,17 @@ def main():
         work = tempfile.mkdtemp(prefix=f"mqttbench-{kind}-")
         broker = Mosquitto(work) if kind == "mosquitto" else Sitegate(work, args.bin)
         try:
-            time.sleep(1)
+            time.sleep(2)
             r = {"version": broker.version(), "runs": []}
+            # Memory first, on the fresh broker; then the message runs.
+            r["memory"] = idle_memory(args, broker, conns, 10 if not args.smoke else 1)
+            print(kind, json.dumps(r["memory"]), file=sys.stderr, flush=True)
             for subs, rate, qos in runs:
                 res = pubsub(args, broker, subs, rate, qos)
                 res.update({"subs": subs, "rate": rate, "qos": qos})
                 r["runs"].append(res)
                 print(kind, json.dumps(res), file=sys.stderr, flush=True)
-            r["memory"] = idle_memory(args, broker, conns, 10 if not args.smoke else 1)
-            print(kind, json.dumps(r["memory"]), file=sys.stderr, flush=True)
+            r["after_runs_kb"] = rss_kb(broker.proc.pid)
             results[kind] = r
         finally:
             broker.stop()
@@ -194,6 +197,7 @@ def main():
         print(f"| {label} | {s['memory'][key] / 1024:.1f} | {m['memory'][key] / 1024:.1f} |")
     churn = lambda r: " → ".join(f"{v / 1024:.1f}" for v in r["memory"]["churn_kb"])
     print(f"| after each round of {conns} connects and disconnects | {churn(s)} | {churn(m)} |")
+    print(f"| after the message runs above | {s['after_runs_kb'] / 1024:.1f} | {m['after_runs_kb'] / 1024:.1f} |")
     per = lambda r: (r["memory"]["loaded_kb"] - r["memory"]["idle_kb"]) / conns
     print(f"\nPer idle connection: sitegate {per(s):.1f} KB, mosquitto {per(m):.1f} KB.")
 
