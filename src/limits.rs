@@ -300,3 +300,10 @@ pub const MQTT_BRIDGE_BATCH_MAX: usize = 1_000;
 /// A reconnecting client waits up to STEPS x STEP_MS for its old session to finish closing.
 pub const MQTT_RECONNECT_WAIT_STEPS: u32 = 40;
 pub const MQTT_RECONNECT_WAIT_STEP_MS: u64 = 25;
+
+/// MQTT 5 clients are told to keep alive at most this often (seconds).
+pub const MQTT_KEEPALIVE_MAX_S: u16 = 60;
+
+/// Messages queued for a disconnected persistent session expire after this long (seconds),
+/// unless their publisher set a shorter MQTT 5 expiry.
+pub const MQTT_MESSAGE_EXPIRY_S: u64 = 60 * 60;

@@ -104,6 +104,7 @@ impl Broker {
             .await;
         *scx.extends.retain_mut().await = Box::new(RetainStore::default());
         *scx.extends.shared_subscription_mut().await = Box::new(SharedRoundRobin::default());
+        *scx.extends.fitter_mgr_mut().await = Box::new(KeepAliveCap);
         let hooks = Arc::new(Hooks {
             store,
             open_topics: settings.open_topics,
@@ -146,6 +147,8 @@ impl Broker {
                 .max_subscriptions(limits::MQTT_SUBSCRIPTIONS_PER_CLIENT_MAX)
                 .max_topic_levels(limits::MQTT_TOPIC_LEVELS_MAX)
                 .max_clientid_len(limits::MQTT_CLIENT_ID_BYTES_MAX)
+                // Messages queued for an offline persistent session wait up to this long.
+                .message_expiry_interval(Duration::from_secs(limits::MQTT_MESSAGE_EXPIRY_S))
         };
         let bound = |l: rmqtt::Result<rmqtt::net::Listener>, addr: SocketAddr| {
             l.map_err(|e| format!("cannot listen for MQTT on {addr}: {e}"))
@@ -493,5 +496,66 @@ impl rmqtt::subscribe::SharedSubscription for SharedRoundRobin {
             .find(|i| members[*i].4.unwrap_or(true))
             .map(|i| (i, true))
             .or(Some((start % n, false)))
+    }
+}
+
+/// MQTT 5 clients are told to keep alive at most every `MQTT_KEEPALIVE_MAX_S` (the CONNACK's
+/// Server Keep Alive), so a dead intercom is noticed within a minute and a half; MQTT 3.1.1
+/// has no way to say so, and its clients keep the interval they asked for. The rest is the
+/// broker's default.
+struct KeepAliveCap;
+
+impl rmqtt::fitter::FitterManager for KeepAliveCap {
+    fn create(
+        &self,
+        conn_info: Arc<rmqtt::types::ConnectInfo>,
+        id: Id,
+        cfg: rmqtt::types::ListenerConfig,
+    ) -> rmqtt::types::FitterType {
+        let v5 = conn_info.proto_ver() == rmqtt::codec::types::MQTT_LEVEL_5;
+        Arc::new(CappedFitter { v5, inner: rmqtt::fitter::DefaultFitter::new(conn_info, id, cfg) })
+    }
+}
+
+struct CappedFitter {
+    v5: bool,
+    inner: rmqtt::fitter::DefaultFitter,
+}
+
+#[async_trait]
+impl rmqtt::fitter::Fitter for CappedFitter {
+    fn keep_alive(&self, keep_alive: &mut u16) -> rmqtt::Result<u16> {
+        if self.v5 && *keep_alive > limits::MQTT_KEEPALIVE_MAX_S {
+            *keep_alive = limits::MQTT_KEEPALIVE_MAX_S;
+        }
+        self.inner.keep_alive(keep_alive)
+    }
+
+    fn max_mqueue_len(&self) -> usize {
+        self.inner.max_mqueue_len()
+    }
+
+    fn mqueue_rate_limit(&self) -> (std::num::NonZeroU32, Duration) {
+        self.inner.mqueue_rate_limit()
+    }
+
+    fn max_inflight(&self) -> NonZeroU16 {
+        self.inner.max_inflight()
+    }
+
+    fn session_expiry_interval(&self, d: Option<&rmqtt::types::Disconnect>) -> Duration {
+        self.inner.session_expiry_interval(d)
+    }
+
+    fn message_expiry_interval(&self, publish: &rmqtt::codec::types::Publish) -> Duration {
+        self.inner.message_expiry_interval(publish)
+    }
+
+    fn max_client_topic_aliases(&self) -> u16 {
+        self.inner.max_client_topic_aliases()
+    }
+
+    fn max_server_topic_aliases(&self) -> u16 {
+        self.inner.max_server_topic_aliases()
     }
 }

@@ -606,3 +606,30 @@ fn shared_subscriptions_split_messages_within_the_organisation() {
     assert_eq!(na + nb, 10, "every job once: {na} + {nb}");
     assert!(na > 0 && nb > 0, "both members get some: {na} + {nb}");
 }
+
+/// MQTT 5 clients asking for a long keepalive are told 60 s (Server Keep Alive); MQTT 3.1.1
+/// clients keep theirs.
+#[test]
+fn mqtt5_keepalive_is_capped_and_311_keeps_its_own() {
+    use rumqttc::v5::{Client as Client5, Event as Event5, MqttOptions as Options5, mqttbytes::v5::Packet as Packet5};
+    let s = Service::start_with("mqtt_keepalive", Options { config: BASE_CONFIG, ..Default::default() });
+    let addr = mqtt_addr(&s);
+    let pw = mqtt_user(&s, "acme", "app", false);
+    let mut options = Options5::new("v5-client", addr.ip().to_string(), addr.port());
+    options.set_keep_alive(Duration::from_secs(120)).set_credentials("app", pw.clone());
+    let (_client, mut connection) = Client5::new(options, 10);
+    let connack = connection
+        .iter()
+        .find_map(|e| match e {
+            Ok(Event5::Incoming(Packet5::ConnAck(ack))) => Some(Ok(ack)),
+            Err(e) => Some(Err(e.to_string())),
+            _ => None,
+        })
+        .expect("a CONNACK")
+        .expect("accepted");
+    assert_eq!(connack.properties.and_then(|p| p.server_keep_alive), Some(60));
+    let v311 = connect_with(addr, "v311-client", "app", &pw, |o| {
+        o.set_keep_alive(Duration::from_secs(120));
+    });
+    assert!(v311.is_ok(), "a 3.1.1 client asking for 120 s is accepted");
+}
