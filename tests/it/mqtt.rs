@@ -633,3 +633,68 @@ fn mqtt5_keepalive_is_capped_and_311_keeps_its_own() {
     });
     assert!(v311.is_ok(), "a 3.1.1 client asking for 120 s is accepted");
 }
+
+/// A subscriber that stops reading fills its own queue only: the broker drops its oldest
+/// messages (counted), while the engine, the feed and the other subscribers go on.
+#[test]
+fn a_subscriber_that_stops_reading_holds_up_nobody() {
+    use std::io::Write;
+    let config = BASE_CONFIG
+        .replace("[mqtt]\nlisten = \"127.0.0.1:0\"\n", "[mqtt]\nlisten = \"127.0.0.1:0\"\nclient_queue_max = 10\n");
+    let config = format!(
+        "{config}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
+        crate::location::SITE
+    );
+    let s = Service::start_with("mqtt_slow_subscriber", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
+    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
+        .assert_status(201);
+    let addr = mqtt_addr(&s);
+    let pw = mqtt_user(&s, "acme", "app", false);
+
+    // The stalled subscriber: CONNECT and SUBSCRIBE acme/# by hand, then never read again.
+    let mut stalled = std::net::TcpStream::connect(addr).unwrap();
+    let field = |b: &[u8]| [&(b.len() as u16).to_be_bytes()[..], b].concat();
+    let mut hello = vec![0x00, 0x04, b'M', b'Q', b'T', b'T', 4, 0xC2, 0, 60];
+    hello.extend(field(b"stalled"));
+    hello.extend(field(b"app"));
+    hello.extend(field(pw.as_bytes()));
+    let mut packet = vec![0x10, hello.len() as u8];
+    packet.extend(hello);
+    let mut subscribe = vec![0, 1];
+    subscribe.extend(field(b"acme/#"));
+    subscribe.push(1);
+    packet.extend([0x82, subscribe.len() as u8]);
+    packet.extend(subscribe);
+    stalled.write_all(&packet).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+
+    // A busy publisher (a megabyte a second and more) and the live feed.
+    let healthy = connect(addr, "healthy", "app", &pw).unwrap();
+    healthy.subscribe("acme/+/data");
+    let scanner = connect(addr, "scanner", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let noisy = connect(addr, "noisy", "app", &pw).unwrap();
+    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
+    let advert = format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}");
+    let blob = "x".repeat(8 * 1024);
+    let mut data = 0;
+    for _ in 0..40 {
+        for _ in 0..40 {
+            noisy.publish("acme/noise", &blob);
+        }
+        scanner.publish("acme/receivers/rx-b/adverts", &advert);
+        while let Some(p) = healthy.next_publish(Duration::from_millis(150)) {
+            data += usize::from(p.topic == "acme/5.1.22/data");
+        }
+    }
+    assert!(data >= 3, "the healthy subscriber kept getting the feed: {data}");
+    let health = wait_for("drops counted for the stalled subscriber", || {
+        let h = s.anonymous().get_json("/health").json();
+        (h["mqtt"]["dropped"].as_i64().unwrap_or(0) > 0).then_some(h)
+    });
+    assert_eq!(health["mqtt"]["feeddropped"], 0, "the engine's feed never waited: {health}");
+    let device = c.get_json("/devices/1").json();
+    assert_eq!(device["device"]["zoneid"], 22, "the engine kept placing the badge: {device}");
+    drop(stalled);
+}
