@@ -565,7 +565,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     })
 }
 
-fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+pub fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     value.parse::<SocketAddr>().map_err(|_| ConfigError::new(key, format!("{value:?} is not an IP:PORT address")))
 }
 

@@ -101,13 +101,8 @@ impl Alerts {
             }
         }
         if self.eval.rules.iter().any(|r| matches!(r.condition, Condition::NotSeen { .. })) {
-            let seen: Vec<(DeviceFacts, Option<i64>)> = self
-                .devices
-                .iter()
-                .map(|(id, k)| (DeviceFacts { device_id: *id, tagtype: k.tagtype }, k.last_seen_ms))
-                .collect();
-            for (f, last) in seen {
-                self.eval.unseen(f, last, now_ms, out);
+            for (id, k) in &self.devices {
+                self.eval.unseen(DeviceFacts { device_id: *id, tagtype: k.tagtype }, k.last_seen_ms, now_ms, out);
             }
         }
     }

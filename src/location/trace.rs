@@ -12,11 +12,13 @@ use serde::Deserialize;
 use super::beacon::{Advert, Mac};
 use crate::limits;
 
+/// One advert line: the trace format, also what remote receivers publish over MQTT (where
+/// `t_ms` and `receiver` may be left out).
 #[derive(Deserialize)]
-struct Line<'a> {
-    t_ms: i64,
-    #[serde(borrow)]
-    receiver: &'a str,
+pub struct Line<'a> {
+    pub t_ms: Option<i64>,
+    #[serde(default, borrow)]
+    pub receiver: Option<&'a str>,
     #[serde(borrow)]
     mac: &'a str,
     rssi: i16,
@@ -24,6 +26,20 @@ struct Line<'a> {
     mfg: BTreeMap<&'a str, &'a str>,
     #[serde(default, borrow)]
     svc: BTreeMap<&'a str, &'a str>,
+}
+
+impl<'a> Line<'a> {
+    pub fn parse(text: &'a str) -> Result<Line<'a>, String> {
+        serde_json::from_str(text.trim_end()).map_err(|e| e.to_string())
+    }
+
+    /// The advert of this line, heard by `receiver` at `t_ms`.
+    pub fn advert(&self, t_ms: i64, receiver: Arc<str>) -> Result<Advert, String> {
+        let mac = Mac::parse(self.mac).ok_or_else(|| format!("{:?} is not a MAC address", self.mac))?;
+        let mfg = hex_map(&self.mfg).ok_or("mfg: keys are 4 hex digits, values hex")?;
+        let svc = hex_map(&self.svc).ok_or("svc: keys are 4 hex digits, values hex")?;
+        Ok(Advert { t_ms, receiver, mac, rssi: self.rssi, mfg, svc })
+    }
 }
 
 /// Reads a trace line by line. Receiver names are shared between adverts.
@@ -56,22 +72,20 @@ impl<R: BufRead> TraceReader<R> {
             if self.line.trim().is_empty() {
                 continue;
             }
-            let parsed: Line<'_> = serde_json::from_str(self.line.trim_end()).map_err(|e| self.bad(e.to_string()))?;
-            let mac =
-                Mac::parse(parsed.mac).ok_or_else(|| self.bad(format!("{:?} is not a MAC address", parsed.mac)))?;
-            let mfg = hex_map(&parsed.mfg).ok_or_else(|| self.bad("mfg: keys are 4 hex digits, values hex"))?;
-            let svc = hex_map(&parsed.svc).ok_or_else(|| self.bad("svc: keys are 4 hex digits, values hex"))?;
-            let receiver = match self.receivers.iter().find(|r| r.as_ref() == parsed.receiver) {
+            let parsed = Line::parse(&self.line).map_err(|e| self.bad(e))?;
+            let t_ms = parsed.t_ms.ok_or_else(|| self.bad("missing field `t_ms`"))?;
+            let name = parsed.receiver.ok_or_else(|| self.bad("missing field `receiver`"))?;
+            let receiver = match self.receivers.iter().find(|r| r.as_ref() == name) {
                 Some(r) => r.clone(),
                 None => {
-                    let r: Arc<str> = parsed.receiver.into();
+                    let r: Arc<str> = name.into();
                     if self.receivers.len() < limits::TRACE_RECEIVERS_MAX {
                         self.receivers.push(r.clone());
                     }
                     r
                 }
             };
-            return Ok(Some(Advert { t_ms: parsed.t_ms, receiver, mac, rssi: parsed.rssi, mfg, svc }));
+            return parsed.advert(t_ms, receiver).map(Some).map_err(|e| self.bad(e));
         }
     }
 
@@ -80,7 +94,7 @@ impl<R: BufRead> TraceReader<R> {
     }
 }
 
-pub fn hex_map(map: &BTreeMap<&str, &str>) -> Option<Vec<(u16, Vec<u8>)>> {
+fn hex_map(map: &BTreeMap<&str, &str>) -> Option<Vec<(u16, Vec<u8>)>> {
     map.iter()
         .map(|(k, v)| {
             if k.len() != 4 {

@@ -62,6 +62,11 @@ pub fn is_espresense(topic: &str) -> bool {
     topic.starts_with("espresense/")
 }
 
+/// A topic remote receivers publish adverts on (`{org}/receivers/...` or ESPresense's).
+pub fn is_ingest(topic: &str) -> bool {
+    is_espresense(topic) || topic.split('/').nth(1) == Some("receivers")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +112,8 @@ mod tests {
         assert!(may_publish(&r, "espresense/devices/iBeacon:x-1-2/lobby"));
         assert!(!may_publish(&r, "other/receivers/r1/adverts"));
         assert!(!may_publish(&r, "acme/5.1.22/data"));
+        assert!(is_ingest("acme/receivers/r1/adverts") && is_ingest("espresense/devices/x/lobby"));
+        assert!(!is_ingest("acme/5.1.22/data") && !is_ingest("acme"));
         let open = Principal { unrestricted: true, ..user("acme") };
         assert!(may_publish(&open, "test/anything") && may_subscribe(&open, "#"));
     }

@@ -109,6 +109,7 @@ impl Broker {
             store,
             open_topics: settings.open_topics,
             principals: Mutex::new(HashMap::new()),
+            sessions_max: settings.connections_max,
             scx: scx.clone(),
             stats: Arc::clone(&stats),
             ingest,
@@ -230,7 +231,9 @@ struct Hooks {
     store: Arc<Store>,
     open_topics: bool,
     /// The principal of each client id with a session, and the connection that made it.
-    principals: Mutex<HashMap<String, (Principal, i64)>>,
+    principals: Mutex<HashMap<String, Held>>,
+    /// Sessions the broker keeps at most (bounds the entries with a session).
+    sessions_max: usize,
     scx: ServerContext,
     stats: Arc<BrokerStats>,
     ingest: Arc<Ingest>,
@@ -238,9 +241,21 @@ struct Hooks {
 
 struct HookHandler(Arc<Hooks>);
 
+/// The principal of a client id, from the CONNECT that authenticated it (its `create_time`);
+/// `live` once that connection got its session.
+struct Held {
+    principal: Principal,
+    create_time: i64,
+    live: bool,
+}
+
 impl Hooks {
     fn principal(&self, client_id: &str) -> Option<Principal> {
-        self.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(client_id).map(|(p, _)| p.clone())
+        self.principals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(client_id)
+            .map(|h| h.principal.clone())
     }
 
     /// Username and password against the store (off the runtime's threads).
@@ -331,10 +346,14 @@ impl Hooks {
             }
             tokio::time::sleep(Duration::from_millis(limits::MQTT_RECONNECT_WAIT_STEP_MS)).await;
         }
-        self.principals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(client_id, (principal, ci.id().create_time));
+        let mut map = self.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A CONNECT refused after this point never gets a session (nor SessionTerminated):
+        // beyond the sessions the broker may hold, such entries older than a handshake go.
+        if map.len() >= self.sessions_max {
+            let before = rmqtt::utils::timestamp_millis() - limits::MQTT_HANDSHAKE_TIMEOUT_MS_CEILING as i64;
+            map.retain(|_, h| h.live || h.create_time > before);
+        }
+        map.insert(client_id, Held { principal, create_time: ci.id().create_time, live: false });
         AuthResult::Allow(false, None)
     }
 }
@@ -376,13 +395,13 @@ impl Handler for HookHandler {
                 let mut map = h.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let client_id: &str = &session.id.client_id;
                 // Only if no newer connection with the same client id took the entry over.
-                if map.get(client_id).is_some_and(|(_, t)| *t == session.id.create_time) {
+                if map.get(client_id).is_some_and(|h| h.create_time == session.id.create_time) {
                     map.remove(client_id);
                 }
                 (true, acc)
             }
             // A receiver's adverts go to the engine (the ACL let only receivers publish there).
-            Parameter::MessagePublish(Some(session), _, publish) => {
+            Parameter::MessagePublish(Some(session), _, publish) if acl::is_ingest(&publish.topic) => {
                 if let Some(p) = h.principal(&session.id.client_id).filter(|p| p.receiver || p.unrestricted) {
                     match h.ingest.publish(&p.org, &publish.topic, &publish.payload, crate::timefmt::now_ms()) {
                         Ok(_) | Err(IngestError::NotIngest) => {}
@@ -394,8 +413,14 @@ impl Handler for HookHandler {
                 }
                 (true, acc)
             }
-            Parameter::ClientConnected(..) => {
+            Parameter::ClientConnected(session) => {
                 h.stats.connections.fetch_add(1, Ordering::Relaxed);
+                let mut map = h.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(held) = map.get_mut::<str>(&session.id.client_id)
+                    && held.create_time == session.id.create_time
+                {
+                    held.live = true;
+                }
                 (true, acc)
             }
             Parameter::ClientDisconnected(..) => {

@@ -1,13 +1,12 @@
 //! `[mqtt]` in config.toml: the raw keys and their validated form.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::bridge::BridgeSettings;
 use super::broker::{BrokerSettings, TlsSettings};
-use crate::config::{ConfigError, bounded};
+use crate::config::{ConfigError, bounded, socket_addr};
 use crate::limits;
 
 pub const DEFAULT_MQTT_LISTEN: &str = "127.0.0.1:1883";
@@ -45,13 +44,9 @@ pub struct MqttConfig {
     pub bridge: Option<BridgeSettings>,
 }
 
-fn addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
-    text.parse::<SocketAddr>().map_err(|_| ConfigError::new(key, format!("{text:?} is not an IP:PORT address")))
-}
-
 /// `relative` resolves a path of the file against the configuration's folder.
 pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result<MqttConfig, ConfigError> {
-    let listen = addr("mqtt.listen", raw.listen.as_deref().unwrap_or(DEFAULT_MQTT_LISTEN))?;
+    let listen = socket_addr("mqtt.listen", raw.listen.as_deref().unwrap_or(DEFAULT_MQTT_LISTEN))?;
     let tls = match (&raw.tls_cert, &raw.tls_key) {
         (None, None) => {
             for (key, set) in [
@@ -81,7 +76,7 @@ pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result
                 Some(ca) => {
                     let ca = relative(ca);
                     check_readable(&ca).map_err(|m| ConfigError::new("mqtt.client_ca", m))?;
-                    let listen = addr(
+                    let listen = socket_addr(
                         "mqtt.client_cert_listen",
                         raw.client_cert_listen.as_deref().unwrap_or(DEFAULT_MQTTS_CLIENT_CERT_LISTEN),
                     )?;
@@ -89,7 +84,7 @@ pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result
                 }
             };
             Some(TlsSettings {
-                listen: addr("mqtt.tls_listen", raw.tls_listen.as_deref().unwrap_or(DEFAULT_MQTTS_LISTEN))?,
+                listen: socket_addr("mqtt.tls_listen", raw.tls_listen.as_deref().unwrap_or(DEFAULT_MQTTS_LISTEN))?,
                 cert,
                 key,
                 client_cert: client_ca,

@@ -12,7 +12,7 @@
 //! Only receiver credentials may publish there (see `acl`), and only for receivers of the
 //! site map: anything else is counted and dropped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -20,20 +20,7 @@ use serde::Deserialize;
 
 use crate::limits;
 use crate::location::beacon::{Advert, Mac};
-use crate::location::trace::hex_map;
-
-#[derive(Deserialize)]
-struct Line<'a> {
-    #[serde(default)]
-    t_ms: i64,
-    #[serde(borrow)]
-    mac: &'a str,
-    rssi: i16,
-    #[serde(default, borrow)]
-    mfg: BTreeMap<&'a str, &'a str>,
-    #[serde(default, borrow)]
-    svc: BTreeMap<&'a str, &'a str>,
-}
+use crate::location::trace::Line;
 
 #[derive(Deserialize)]
 struct EspresenseReport<'a> {
@@ -61,11 +48,9 @@ pub fn parse_adverts(receiver: &Arc<str>, payload: &[u8], now_ms: i64) -> Result
             return Err(IngestError::TooManyLines);
         }
         let bad = |why: String| IngestError::Malformed(format!("line {}: {why}", n + 1));
-        let l: Line<'_> = serde_json::from_str(line.trim()).map_err(|e| bad(e.to_string()))?;
-        let mac = Mac::parse(l.mac).ok_or_else(|| bad(format!("{:?} is not a MAC address", l.mac)))?;
-        let mfg = hex_map(&l.mfg).ok_or_else(|| bad("mfg: keys are 4 hex digits, values hex".into()))?;
-        let svc = hex_map(&l.svc).ok_or_else(|| bad("svc: keys are 4 hex digits, values hex".into()))?;
-        out.push((l.t_ms, Advert { t_ms: now_ms, receiver: receiver.clone(), mac, rssi: l.rssi, mfg, svc }));
+        // The topic's receiver wins over a `receiver` key; the arrival time over `t_ms`.
+        let l = Line::parse(line.trim()).map_err(bad)?;
+        out.push((l.t_ms.unwrap_or(0), l.advert(now_ms, receiver.clone()).map_err(bad)?));
     }
     out.sort_by_key(|(t, _)| *t);
     Ok(out.into_iter().map(|(_, a)| a).collect())

@@ -77,14 +77,14 @@ impl Store {
     /// the usual record path, so `items.create` fires for it. Returns the alert id and the
     /// ticket id.
     pub fn create_alert(&self, a: &NewAlert<'_>, ticket_title: Option<&str>) -> Result<(i64, Option<i64>)> {
-        let ticket = match ticket_title {
-            Some(title) => match self.alarm_author(a.org)? {
-                Some(viewer) => {
+        let author = if ticket_title.is_some() { self.alarm_author(a.org)? } else { None };
+        let ticket = match (ticket_title, author) {
+            (Some(title), Some(author)) => {
+                let ticket = |related: Vec<(i64, String)>| {
                     let mut fields = crate::model::FieldValues::new();
                     fields.insert("title".into(), title.to_string());
                     fields.insert("priority".into(), "urgent".into());
                     fields.insert("status".into(), "open".into());
-                    let related = a.contact_id.map(|c| vec![(c, "alert".to_string())]).unwrap_or_default();
                     let new = super::NewRecord {
                         record_type: RecordType::Ticket,
                         fields,
@@ -93,29 +93,17 @@ impl Store {
                         categories_add: Vec::new(),
                         related_add: related,
                     };
-                    match self.create_record(&viewer, new) {
-                        Ok(id) => Some(id),
-                        // A contact deleted meanwhile: the ticket without it.
-                        Err(StoreError::BadReference(_)) => {
-                            let mut fields = crate::model::FieldValues::new();
-                            fields.insert("title".into(), title.to_string());
-                            fields.insert("priority".into(), "urgent".into());
-                            let new = super::NewRecord {
-                                record_type: RecordType::Ticket,
-                                fields,
-                                ownership: None,
-                                flagged: true,
-                                categories_add: Vec::new(),
-                                related_add: Vec::new(),
-                            };
-                            Some(self.create_record(&viewer, new)?)
-                        }
-                        Err(e) => return Err(e),
-                    }
+                    self.create_record(&author, new)
+                };
+                let related = a.contact_id.map(|c| vec![(c, "alert".to_string())]).unwrap_or_default();
+                match ticket(related) {
+                    Ok(id) => Some(id),
+                    // A contact deleted meanwhile: the ticket without it.
+                    Err(StoreError::BadReference(_)) => Some(ticket(Vec::new())?),
+                    Err(e) => return Err(e),
                 }
-                None => None,
-            },
-            None => None,
+            }
+            _ => None,
         };
         // Warn and Alarm reach `alerts.create` webhooks, written with the alert.
         let notify = a.kind != "Monitor";

@@ -8,21 +8,14 @@ use base64::Engine;
 use expect_test::expect_file;
 use serde_json::Value;
 
-use crate::mqtt::{connect, mqtt_addr, mqtt_user};
+use crate::mqtt::{add_badge, badge_advert, connect, mqtt_addr, mqtt_user, site_config};
 use crate::support::*;
 
-const UUID: &str = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
-
 fn config() -> String {
-    let site =
-        crate::location::SITE.replace("title = \"Staff badge\"", "title = \"Staff badge\"\nalarm = \"mfg:0059:0:01\"");
+    let config =
+        site_config("").replace("title = \"Staff badge\"", "title = \"Staff badge\"\nalarm = \"mfg:0059:0:01\"");
     format!(
-        r#"{BASE_CONFIG}
-[location]
-scan = "off"
-away_timeout_ms = 4000
-update_interval_ms = 1000
-{site}
+        r#"{config}
 [[alert_rules]]
 id = "office-entry"
 type = "warn"
@@ -44,10 +37,9 @@ tag_types = [1]
     )
 }
 
+/// The badge's advert with its panic button pressed or not.
 fn advert(panic: bool) -> String {
-    let frame = format!("0215{}00050016c5", UUID.replace('-', ""));
-    let button = if panic { r#","0059":"01""# } else { r#","0059":"00""# };
-    format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"{button}}}}}\n")
+    badge_advert(-60, None, if panic { r#","0059":"01""# } else { r#","0059":"00""# })
 }
 
 #[test]
@@ -56,9 +48,7 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     let s = Service::start_with("alerts_end_to_end", Options { config: &config, ..Default::default() });
     let c = s.admin_client();
     let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    let badge =
-        format!(r#"{{"deviceaddress": "5/1/22", "tagtype": 1, "beacon": "ibeacon:{UUID}/5/22", "contactid": {ann}}}"#);
-    c.post_json("/devices", &badge).assert_status(201);
+    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
     // Webhooks: alerts.create (Warn and Alarm), items.create for tickets (the Alarm's).
     let rx = Receiver::start();
     let hook = |event: &str, constraint: &str| {

@@ -141,13 +141,37 @@ impl Mqtt {
     }
 }
 
-fn mqtt_config() -> String {
-    BASE_CONFIG.to_string()
+/// The badge the MQTT tests place: iBeacon `BADGE_UUID`/5/22, device 5/1/22 ("5.1.22").
+pub const BADGE_UUID: &str = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
+
+/// BASE_CONFIG with `mqtt_extra` lines added under `[mqtt]`, no BLE scanning, a quick away
+/// timeout and heartbeat, and the location tests' site map (rx-a in zone 21, rx-b in 22).
+pub fn site_config(mqtt_extra: &str) -> String {
+    let base = BASE_CONFIG
+        .replace("[mqtt]\nlisten = \"127.0.0.1:0\"\n", &format!("[mqtt]\nlisten = \"127.0.0.1:0\"\n{mqtt_extra}"));
+    format!(
+        "{base}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
+        crate::location::SITE
+    )
+}
+
+/// Registers the badge (with `extra` JSON keys, e.g. `, "tagtype": 1`).
+pub fn add_badge(c: &crate::support::Client, extra: &str) {
+    let body = format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{BADGE_UUID}/5/22"{extra}}}"#);
+    c.post_json("/devices", &body).assert_status(201);
+}
+
+/// One advert line of the badge as a remote receiver reports it; `more_mfg` adds
+/// manufacturer data entries (`,"0059":"01"`).
+pub fn badge_advert(rssi: i32, t_ms: Option<i64>, more_mfg: &str) -> String {
+    let frame = format!("0215{}00050016c5", BADGE_UUID.replace('-', ""));
+    let t = t_ms.map(|t| format!("\"t_ms\":{t},")).unwrap_or_default();
+    format!("{{{t}\"mac\":\"C0:00:00:00:00:22\",\"rssi\":{rssi},\"mfg\":{{\"004c\":\"{frame}\"{more_mfg}}}}}\n")
 }
 
 #[test]
 fn credentials_are_checked_and_refused_with_a_connack() {
-    let s = Service::start_with("mqtt_credentials", Options { config: &mqtt_config(), ..Default::default() });
+    let s = Service::start_with("mqtt_credentials", Options { config: BASE_CONFIG, ..Default::default() });
     let addr = mqtt_addr(&s);
     let password = mqtt_user(&s, "acme", "intercom-1", false);
     assert_eq!(password.len(), 64, "a random password is printed once: {password:?}");
@@ -186,7 +210,7 @@ fn credentials_are_checked_and_refused_with_a_connack() {
 
 #[test]
 fn organisations_cannot_see_or_write_each_others_topics() {
-    let s = Service::start_with("mqtt_isolation", Options { config: &mqtt_config(), ..Default::default() });
+    let s = Service::start_with("mqtt_isolation", Options { config: BASE_CONFIG, ..Default::default() });
     let addr = mqtt_addr(&s);
     let acme_pw = mqtt_user(&s, "acme", "acme-app", false);
     let globex_pw = mqtt_user(&s, "globex", "globex-app", false);
@@ -234,15 +258,9 @@ fn organisations_cannot_see_or_write_each_others_topics() {
 /// our advert lines on `{org}/receivers/{id}/adverts`, and ESPresense's topics unchanged.
 #[test]
 fn remote_receivers_feed_the_engine() {
-    let config = format!(
-        "{BASE_CONFIG}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
-        crate::location::SITE
-    );
+    let config = site_config("");
     let s = Service::start_with("mqtt_remote_receivers", Options { config: &config, ..Default::default() });
-    let c = s.admin_client();
-    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
-    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
-        .assert_status(201);
+    add_badge(&s.admin_client(), "");
     let addr = mqtt_addr(&s);
     let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
     let app_pw = mqtt_user(&s, "acme", "app", false);
@@ -251,11 +269,7 @@ fn remote_receivers_feed_the_engine() {
     app.subscribe("acme/+/data");
 
     // Our advert lines from the receiver in the office (rx-b, zone 22): two lines a message.
-    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
-    let lines = format!(
-        "{{\"t_ms\":2,\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-61,\"mfg\":{{\"004c\":\"{frame}\"}}}}\n\
-         {{\"t_ms\":1,\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}\n"
-    );
+    let lines = badge_advert(-61, Some(2), "") + &badge_advert(-60, Some(1), "");
     let zone_of = |p: &rumqttc::Publish| -> i64 {
         let v: serde_json::Value = serde_json::from_slice(&p.payload).unwrap();
         v["data"]["proximity"]["value"]["zoneId"].as_i64().unwrap()
@@ -271,7 +285,7 @@ fn remote_receivers_feed_the_engine() {
     assert_eq!(seen, Some(22), "the office receiver placed the badge in the office");
 
     // An ESPresense node in the kitchen (room "rx-a") hears it much better from now on.
-    let topic = format!("espresense/devices/iBeacon:{uuid}-5-22/rx-a");
+    let topic = format!("espresense/devices/iBeacon:{BADGE_UUID}-5-22/rx-a");
     let report = r#"{"id":"iBeacon:x","rssi@1m":-59,"rssi":-45,"raw":0.3,"distance":0.3}"#;
     let mut moved = false;
     for _ in 0..200 {
@@ -434,26 +448,13 @@ fn the_feed_reaches_an_upstream_broker_and_outlasts_its_outage() {
     let dir = test_dir("mqtt_bridge");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut upstream = Upstream::start(&dir, port);
-    let config = BASE_CONFIG.replace(
-        "[mqtt]\nlisten = \"127.0.0.1:0\"\n",
-        &format!(
-            "[mqtt]\nlisten = \"127.0.0.1:0\"\nbridge_url = \"mqtt://127.0.0.1:{port}\"\nbridge_prefix = \"site-a/\"\n"
-        ),
-    );
-    let config = format!(
-        "{config}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
-        crate::location::SITE
-    );
+    let config = site_config(&format!("bridge_url = \"mqtt://127.0.0.1:{port}\"\nbridge_prefix = \"site-a/\"\n"));
     let config_path = dir.join("config.toml");
     std::fs::write(&config_path, config).unwrap();
     let s = Service::launch(dir.clone(), config_path, &[]);
-    let c = s.admin_client();
-    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
-    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
-        .assert_status(201);
+    add_badge(&s.admin_client(), "");
     let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
-    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
-    let advert = format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}");
+    let advert = badge_advert(-60, None, "");
     // The central system's subscriber keeps its session at the upstream broker.
     let central = || {
         let mut options = MqttOptions::new("central", "127.0.0.1", port);
@@ -513,15 +514,9 @@ fn the_feed_reaches_an_upstream_broker_and_outlasts_its_outage() {
 /// is told "not authorised" (0x87) for another organisation's topic and for a feed topic.
 #[test]
 fn stock_mosquitto_clients_read_the_feed_and_hear_refusals() {
-    let config = format!(
-        "{BASE_CONFIG}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
-        crate::location::SITE
-    );
+    let config = site_config("");
     let s = Service::start_with("mqtt_stock_clients", Options { config: &config, ..Default::default() });
-    let c = s.admin_client();
-    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
-    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
-        .assert_status(201);
+    add_badge(&s.admin_client(), "");
     let addr = mqtt_addr(&s);
     let port = addr.port().to_string();
     let pw = mqtt_user(&s, "acme", "intercom", false);
@@ -536,8 +531,7 @@ fn stock_mosquitto_clients_read_the_feed_and_hear_refusals() {
             .expect("mosquitto_sub (scripts/test installs mosquitto-clients)")
     };
     let subs = [sub("mqttv311"), sub("mqttv5")];
-    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
-    let advert = format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}");
+    let advert = badge_advert(-60, None, "");
     for _ in 0..20 {
         scanner.publish("acme/receivers/rx-b/adverts", &advert);
         std::thread::sleep(Duration::from_millis(300));
@@ -639,17 +633,10 @@ fn mqtt5_keepalive_is_capped_and_311_keeps_its_own() {
 #[test]
 fn a_subscriber_that_stops_reading_holds_up_nobody() {
     use std::io::Write;
-    let config = BASE_CONFIG
-        .replace("[mqtt]\nlisten = \"127.0.0.1:0\"\n", "[mqtt]\nlisten = \"127.0.0.1:0\"\nclient_queue_max = 10\n");
-    let config = format!(
-        "{config}\n[location]\nscan = \"off\"\naway_timeout_ms = 4000\nupdate_interval_ms = 1000\n{}",
-        crate::location::SITE
-    );
+    let config = site_config("client_queue_max = 10\n");
     let s = Service::start_with("mqtt_slow_subscriber", Options { config: &config, ..Default::default() });
     let c = s.admin_client();
-    let uuid = "f7826da6-4fa2-4e98-8024-bc5b71e0893e";
-    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{uuid}/5/22"}}"#))
-        .assert_status(201);
+    add_badge(&c, "");
     let addr = mqtt_addr(&s);
     let pw = mqtt_user(&s, "acme", "app", false);
 
@@ -675,8 +662,7 @@ fn a_subscriber_that_stops_reading_holds_up_nobody() {
     healthy.subscribe("acme/+/data");
     let scanner = connect(addr, "scanner", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
     let noisy = connect(addr, "noisy", "app", &pw).unwrap();
-    let frame = format!("0215{}00050016c5", uuid.replace('-', ""));
-    let advert = format!("{{\"mac\":\"C0:00:00:00:00:22\",\"rssi\":-60,\"mfg\":{{\"004c\":\"{frame}\"}}}}");
+    let advert = badge_advert(-60, None, "");
     let blob = "x".repeat(8 * 1024);
     let mut data = 0;
     for _ in 0..40 {
