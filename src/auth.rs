@@ -41,6 +41,48 @@ pub enum AuthError {
     Store(StoreError),
 }
 
+/// Credentials verified since the database last changed: a request with the same
+/// Authorization header skips the lookup and the hash. Any commit (a CLI command disabling a
+/// user or replacing a token included) empties it, so a change applies to the next request.
+#[derive(Default)]
+pub struct Verified {
+    inner: std::sync::Mutex<VerifiedInner>,
+}
+
+#[derive(Default)]
+struct VerifiedInner {
+    data_version: i64,
+    viewers: std::collections::HashMap<String, Viewer>,
+}
+
+impl Verified {
+    /// Resolves an Authorization header to the user it authenticates.
+    pub fn authenticate(&self, store: &Store, header: Option<&str>) -> Result<Viewer, AuthError> {
+        let Some(header) = header else { return Err(AuthError::Refused) };
+        let version = store.data_version().map_err(AuthError::Store)?;
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if inner.data_version != version {
+                inner.viewers.clear();
+                inner.data_version = version;
+            }
+            if let Some(v) = inner.viewers.get(header) {
+                return Ok(v.clone());
+            }
+        }
+        let viewer = authenticate(store, Some(header))?;
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Kept only if nothing was committed since the version was read (else it may be stale).
+        if inner.data_version == version {
+            if inner.viewers.len() >= limits::AUTH_VERIFIED_ENTRIES_MAX {
+                inner.viewers.clear();
+            }
+            inner.viewers.insert(header.to_string(), viewer.clone());
+        }
+        Ok(viewer)
+    }
+}
+
 /// Resolves an Authorization header to the user it authenticates.
 pub fn authenticate(store: &Store, header: Option<&str>) -> Result<Viewer, AuthError> {
     let Some((email, token)) = header.and_then(parse_basic) else {

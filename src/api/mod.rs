@@ -43,6 +43,8 @@ pub struct App {
     pub config: Config,
     pub store: Arc<Store>,
     pub quota: Quota,
+    /// Credentials verified since the database last changed.
+    pub verified: auth::Verified,
     /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics (for tests).
     pub fault_injection: bool,
     pub metrics: Arc<Metrics>,
@@ -186,7 +188,7 @@ impl App {
     /// hour if its credentials are good, else none.
     fn quota_of(&self, req: &Request) -> String {
         let auth_header = req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let used = match auth::authenticate(&self.store, auth_header) {
+        let used = match self.verified.authenticate(&self.store, auth_header) {
             Ok(viewer) => self.quota.used(viewer.user_id, now_secs()),
             Err(_) => 0,
         };
@@ -210,6 +212,7 @@ impl App {
             config,
             store,
             quota,
+            verified: Default::default(),
             fault_injection,
             metrics,
             site,
@@ -238,7 +241,7 @@ impl App {
         }
 
         let auth_header = req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let viewer = match auth::authenticate(&self.store, auth_header) {
+        let viewer = match self.verified.authenticate(&self.store, auth_header) {
             Ok(v) => v,
             Err(AuthError::Refused) => {
                 let mut resp = render_error(&format, ApiError::unauthorized(), format!("0/{allowed}"));

@@ -1,7 +1,7 @@
 //! Activities: create under a record or another activity, update (fields, position, parent),
 //! soft delete with their subtree. An activity is visible to whoever sees its root record.
 
-use rusqlite::{OptionalExtension, Transaction};
+use rusqlite::{Connection, OptionalExtension};
 
 use super::ExecCached;
 use super::hooks::Target;
@@ -54,7 +54,7 @@ pub struct FileContent {
     pub content: Vec<u8>,
 }
 
-fn store_file(tx: &Transaction<'_>, item: i64, upload: &Upload) -> Result<()> {
+fn store_file(tx: &Connection, item: i64, upload: &Upload) -> Result<()> {
     use sha2::{Digest, Sha256};
     let sha = Sha256::digest(&upload.bytes).to_vec();
     tx.prepare_cached(
@@ -81,7 +81,7 @@ struct Node {
 }
 
 /// A live item of the viewer's organisation whose root record is live and visible.
-fn load_node(tx: &Transaction<'_>, viewer: &Viewer, id: i64) -> Result<Node> {
+fn load_node(tx: &Connection, viewer: &Viewer, id: i64) -> Result<Node> {
     let row: Option<(i64, i64, bool, i64, i64, i64)> = tx
         .prepare_cached(
             "SELECT i.id, i.typeid, i.parent IS NULL, coalesce(i.record_id, i.id), i.level, r.ownership
@@ -113,7 +113,7 @@ fn check_parent(kind: ActivityType, parent: &Node) -> Result<()> {
     }
 }
 
-fn check_principals(tx: &Transaction<'_>, viewer: &Viewer, kind: ActivityType, fields: &FieldValues) -> Result<()> {
+fn check_principals(tx: &Connection, viewer: &Viewer, kind: ActivityType, fields: &FieldValues) -> Result<()> {
     for f in kind.fields().iter().filter(|f| f.kind == Kind::Principal) {
         if let Some(v) = fields.get(f.name).filter(|v| !v.is_empty()) {
             let id: i64 = v.parse().map_err(|_| StoreError::BadReference(format!("{} {v} is not an id", f.name)))?;
@@ -127,7 +127,7 @@ fn check_principals(tx: &Transaction<'_>, viewer: &Viewer, kind: ActivityType, f
 
 /// The position for a new child of `parent`: after or before a sibling (shifting the ones
 /// behind it), else at the end.
-fn position_for(tx: &Transaction<'_>, parent: i64, place: Option<Place>, moving: Option<i64>) -> Result<i64> {
+fn position_for(tx: &Connection, parent: i64, place: Option<Place>, moving: Option<i64>) -> Result<i64> {
     let Some(place) = place else {
         let last: Option<i64> = tx
             .prepare_cached("SELECT max(position) FROM items WHERE parent = ?1 AND archived IS NULL AND id IS NOT ?2")?
@@ -328,24 +328,26 @@ impl Store {
     /// live.
     pub fn restore_activity(&self, viewer: &Viewer, kind: ActivityType, id: i64) -> Result<()> {
         self.write_emitting(|tx| {
-            let row: Option<(i64, i64, i64)> = tx
+            let row: Option<(i64, i64, i64, i64)> = tx
                 .query_row(
-                    "SELECT a.typeid, r.ownership, a.parent FROM items a JOIN items r ON r.id = a.record_id
+                    "SELECT a.typeid, r.ownership, a.parent, a.record_id FROM items a JOIN items r ON r.id = a.record_id
                      WHERE a.id = ?1 AND a.org = ?2 AND a.parent IS NOT NULL AND a.archived = a.id
                        AND r.archived IS NULL",
                     (id, &viewer.org),
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                 )
                 .optional()?;
-            let Some((typeid, ownership, parent)) = row else { return Err(StoreError::NotFound) };
+            let Some((typeid, ownership, parent, record_id)) = row else { return Err(StoreError::NotFound) };
             if typeid != kind.typeid() || (!viewer.admin && !viewer.owner_ids().contains(&ownership)) {
                 return Err(StoreError::NotFound);
             }
             // Its parent must be live again too (restore the parent first).
             load_node(tx, viewer, parent)?;
+            // What its deletion archived lies under the same record (its activities' index).
             tx.exec(
-                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE archived = ?1",
-                (id, now_secs(), viewer.user_id),
+                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3
+                 WHERE record_id = ?4 AND parent IS NOT NULL AND archived = ?1",
+                (id, now_secs(), viewer.user_id, record_id),
             )?;
             let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesRestore], Target::Activity(kind, id))?;
             Ok(((), wrote))

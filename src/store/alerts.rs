@@ -63,7 +63,7 @@ fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {
     })
 }
 
-pub(super) fn alert_in(tx: &rusqlite::Transaction<'_>, org: &str, id: i64) -> Result<StoredAlert> {
+pub(super) fn alert_in(tx: &rusqlite::Connection, org: &str, id: i64) -> Result<StoredAlert> {
     let sql = format!(
         "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
          LEFT JOIN items c ON c.id = a.contact_id WHERE a.org = ?1 AND a.id = ?2"

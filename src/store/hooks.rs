@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use rusqlite::{OptionalExtension, Row, Transaction};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::ExecCached;
 use super::records::{ActivityRow, RecordDetail, State, activity_by_id, detail_of};
@@ -175,7 +175,7 @@ fn hook_visible(viewer: &Viewer) -> &'static str {
     if viewer.admin { "1" } else { "h.owner = :user" }
 }
 
-fn load_hook(tx: &Transaction<'_>, viewer: &Viewer, id: i64) -> Result<Hook> {
+fn load_hook(tx: &Connection, viewer: &Viewer, id: i64) -> Result<Hook> {
     let sql = format!(
         "SELECT {HOOK_COLUMNS} FROM hooks h WHERE h.id = :id AND h.org = :org AND h.deleted = 0 AND {}",
         hook_visible(viewer)
@@ -482,7 +482,7 @@ impl Store {
 
     /// Writes the deliveries the events cause, inside the caller's transaction. Returns whether
     /// any were written (the caller wakes the worker after committing).
-    pub(super) fn emit(&self, tx: &Transaction<'_>, org: &str, events: &[Event], target: Target) -> Result<bool> {
+    pub(super) fn emit(&self, tx: &Connection, org: &str, events: &[Event], target: Target) -> Result<bool> {
         let Some(outbox) = self.outbox.get() else { return Ok(false) };
         if events.is_empty() {
             return Ok(false);
@@ -574,7 +574,7 @@ impl Store {
     }
 
     /// Runs a write that may emit events, and wakes the delivery worker if it wrote any.
-    pub(super) fn write_emitting<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<(T, bool)>) -> Result<T> {
+    pub(super) fn write_emitting<T>(&self, f: impl FnOnce(&Connection) -> Result<(T, bool)>) -> Result<T> {
         let (out, wrote) = self.write(f)?;
         if wrote {
             self.wake_deliveries();
@@ -584,7 +584,7 @@ impl Store {
 }
 
 /// Where a hook's pending deliveries start (past the end when it has none).
-fn queue_start(tx: &Transaction<'_>, hook_id: i64) -> Result<i64> {
+fn queue_start(tx: &Connection, hook_id: i64) -> Result<i64> {
     Ok(tx.query_row(
         "SELECT CASE WHEN pending > 0 THEN head ELSE 9223372036854775807 END FROM hooks WHERE id = ?1",
         [hook_id],
@@ -605,7 +605,7 @@ enum Rendered {
     Alert(super::StoredAlert),
 }
 
-fn owner_view(tx: &Transaction<'_>, owner: i64, target: Target) -> Result<Option<Rendered>> {
+fn owner_view(tx: &Connection, owner: i64, target: Target) -> Result<Option<Rendered>> {
     let Some(viewer) = super::principals::viewer_of(tx, owner)? else { return Ok(None) };
     match target {
         Target::Record(rt, id) => match detail_of(tx, &viewer, rt, id, State::Any) {

@@ -1,6 +1,6 @@
 //! Devices (tags), their status, location history and zone visits.
 
-use rusqlite::{OptionalExtension, Row, Transaction};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{ExecCached, Result, Store, StoreError};
 use crate::location::beacon::BeaconId;
@@ -124,7 +124,7 @@ fn visit_from_row(r: &Row<'_>) -> rusqlite::Result<Visit> {
 }
 
 /// Registers one device, after checking it (unique identities, a real contact, the bound).
-fn insert_device(tx: &Transaction<'_>, org: &str, d: &Device, now: i64) -> Result<i64> {
+fn insert_device(tx: &Connection, org: &str, d: &Device, now: i64) -> Result<i64> {
     check_unique(tx, d, 0)?;
     check_contact(tx, org, d.contactid)?;
     let count: i64 = tx.query_row("SELECT count(*) FROM devices", [], |r| r.get(0))?;
@@ -143,7 +143,7 @@ fn insert_device(tx: &Transaction<'_>, org: &str, d: &Device, now: i64) -> Resul
 }
 
 /// The contact must be a live contact record of the organisation.
-fn check_contact(tx: &Transaction<'_>, org: &str, contact: Option<i64>) -> Result<()> {
+fn check_contact(tx: &Connection, org: &str, contact: Option<i64>) -> Result<()> {
     let Some(id) = contact else { return Ok(()) };
     let found: Option<i64> = tx
         .query_row(
@@ -156,7 +156,7 @@ fn check_contact(tx: &Transaction<'_>, org: &str, contact: Option<i64>) -> Resul
 }
 
 /// Which unique column a new or changed device collides with, if any.
-fn check_unique(tx: &Transaction<'_>, d: &Device, except: i64) -> Result<()> {
+fn check_unique(tx: &Connection, d: &Device, except: i64) -> Result<()> {
     for (column, value, what) in [
         ("deviceaddress", d.deviceaddress.clone(), "deviceaddress"),
         ("deviceid", d.deviceid.clone(), "deviceid"),

@@ -26,8 +26,9 @@ impl Store {
 
     /// Moves the write-ahead log into the database file and empties it (at shutdown).
     pub fn checkpoint(&self) -> Result<()> {
-        let conn = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        let mut w = self.lock_writer();
+        self.commit_open(&mut w)?;
+        w.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         Ok(())
     }
 

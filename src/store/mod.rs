@@ -2,9 +2,15 @@
 //!
 //! One SQLite file in WAL mode. Writes go through one writer connection (a mutex orders them
 //! inside the process; `busy_timeout` orders them against CLI commands writing at the same
-//! time), each in a `BEGIN IMMEDIATE` transaction. Reads use pooled connections and never wait
-//! for the writer. `synchronous = FULL`: a commit is on disk (WAL fsynced) before the API answers
-//! 2xx, so an acknowledged write survives kill -9 and power loss.
+//! time). Reads use pooled connections and never wait for the writer. `synchronous = FULL`: a
+//! commit is on disk (WAL fsynced) before the API answers 2xx, so an acknowledged write
+//! survives kill -9 and power loss.
+//!
+//! Group commit: each write runs in a savepoint of the writer's open `BEGIN IMMEDIATE`
+//! transaction; the write that finds no other write waiting (or the batch full or old, see
+//! `limits`) commits the batch, and every write of it returns once that commit is on disk.
+//! A write that fails rolls back to its savepoint alone; a commit that fails fails every write
+//! of its batch (none was acknowledged).
 //!
 //! Callers see domain types and [`StoreError`], never rusqlite types.
 
@@ -20,13 +26,14 @@ mod records;
 mod reports;
 mod schema;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::limits;
 use crate::model::FieldValues;
@@ -93,9 +100,38 @@ impl From<rusqlite::Error> for StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// The writer connection and the batch of writes open on it.
+struct Writer {
+    conn: Connection,
+    open: Option<Batch>,
+    next_batch: u64,
+}
+
+/// Writes run in one open transaction, not yet committed.
+struct Batch {
+    id: u64,
+    writes: usize,
+    opened: Instant,
+}
+
+/// How batches ended, for the writes that wait on them.
+struct Commits {
+    /// The last batch that ended (committed or failed); batches end in id order.
+    done: u64,
+    /// Recent batches whose commit failed, with the error.
+    failed: VecDeque<(u64, String)>,
+}
+
 pub struct Store {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    writer: Mutex<Writer>,
+    /// Threads waiting for the writer: while there are any, a finished write leaves its
+    /// batch open for them.
+    writers_waiting: AtomicUsize,
+    commits: Mutex<Commits>,
+    committed: Condvar,
+    /// A connection that only answers `PRAGMA data_version` (see [`Store::data_version`]).
+    watcher: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     /// "Viewed" stamps not yet written: item id -> Unix seconds.
     viewed_pending: Mutex<HashMap<i64, i64>>,
@@ -121,7 +157,11 @@ impl Store {
         migrate(&writer, path, schema::MIGRATIONS)?;
         Ok(Store {
             path: path.to_path_buf(),
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Writer { conn: writer, open: None, next_batch: 1 }),
+            writers_waiting: AtomicUsize::new(0),
+            commits: Mutex::new(Commits { done: 0, failed: VecDeque::new() }),
+            committed: Condvar::new(),
+            watcher: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             viewed_pending: Mutex::new(HashMap::new()),
             viewed_dropped: AtomicU64::new(0),
@@ -134,9 +174,9 @@ impl Store {
     }
 
     /// Runs `f` on a read connection inside one read transaction (a consistent snapshot).
-    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let pooled = self.readers.lock().unwrap_or_else(PoisonError::into_inner).pop();
-        let mut conn = match pooled {
+        let conn = match pooled {
             Some(c) => c,
             None => {
                 let c = Connection::open_with_flags(
@@ -147,27 +187,157 @@ impl Store {
                 c
             }
         };
-        let out = {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let out = f(&tx);
-            // A read transaction has nothing to commit; finishing it releases the snapshot.
-            tx.finish()?;
-            out
-        };
-        let mut pool = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
-        if pool.len() < limits::STORE_READERS_IDLE_MAX {
-            pool.push(conn);
+        exec_cached(&conn, "BEGIN")?;
+        let out = catch_unwind(AssertUnwindSafe(|| f(&conn)));
+        // A read transaction has nothing to commit; ending it releases the snapshot. A
+        // connection whose transaction could not be ended is not used again.
+        if exec_cached(&conn, "ROLLBACK").is_ok() {
+            let mut pool = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
+            if pool.len() < limits::STORE_READERS_IDLE_MAX {
+                pool.push(conn);
+            }
         }
-        out
+        out.unwrap_or_else(|panic| resume_unwind(panic))
     }
 
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer; commits if `f` succeeds.
-    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        Ok(out)
+    /// A number that changes whenever a transaction commits to the database, from this process
+    /// or another one (a CLI command): what was read before it changed may be stale. Cheap
+    /// (no transaction); for caches of what rarely changes.
+    pub fn data_version(&self) -> Result<i64> {
+        let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        if watcher.is_none() {
+            let c = Connection::open_with_flags(
+                &self.path,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            configure(&c, false)?;
+            *watcher = Some(c);
+        }
+        let conn = watcher.as_ref().ok_or_else(|| StoreError::Internal("no watcher connection".into()))?;
+        let version = conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0));
+        if version.is_err() {
+            *watcher = None;
+        }
+        Ok(version?)
+    }
+
+    /// Runs `f` as one write on the writer, all or nothing, and returns once it is committed
+    /// (group commit: see the module documentation).
+    fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut w = self.lock_writer();
+        let batch = match &w.open {
+            Some(b) => b.id,
+            None => {
+                exec_cached(&w.conn, "BEGIN IMMEDIATE")?;
+                let id = w.next_batch;
+                w.next_batch += 1;
+                w.open = Some(Batch { id, writes: 0, opened: Instant::now() });
+                id
+            }
+        };
+        let outcome = match exec_cached(&w.conn, "SAVEPOINT write") {
+            Ok(()) => {
+                let outcome = catch_unwind(AssertUnwindSafe(|| f(&w.conn)));
+                let ended = if matches!(outcome, Ok(Ok(_))) {
+                    exec_cached(&w.conn, "RELEASE write")
+                } else {
+                    exec_cached(&w.conn, "ROLLBACK TO write").and_then(|()| exec_cached(&w.conn, "RELEASE write"))
+                };
+                match ended {
+                    Ok(()) => outcome,
+                    Err(e) => Ok(Err(e.into())),
+                }
+            }
+            Err(e) => Ok(Err(e.into())),
+        };
+        if w.conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (an I/O error, a full disk): the batch
+            // is lost, and with it every write before this one.
+            let lost = || StoreError::Internal("the write transaction was rolled back".into());
+            let _ = self.end_batch(&mut w, Err(lost()));
+            drop(w);
+            return match outcome {
+                Ok(Ok(_)) => Err(lost()),
+                Ok(Err(e)) => Err(e),
+                Err(panic) => resume_unwind(panic),
+            };
+        }
+        let commit_now = match &mut w.open {
+            Some(b) => {
+                b.writes += 1;
+                self.writers_waiting.load(Ordering::SeqCst) == 0
+                    || b.writes >= limits::STORE_BATCH_WRITES_MAX
+                    || b.opened.elapsed() >= Duration::from_millis(limits::STORE_BATCH_OPEN_MS_MAX)
+            }
+            None => true,
+        };
+        let committed = if commit_now {
+            let result = exec_cached(&w.conn, "COMMIT").map_err(StoreError::from);
+            let result = self.end_batch(&mut w, result);
+            drop(w);
+            result
+        } else {
+            drop(w);
+            match &outcome {
+                // A write that failed has nothing in the batch to wait for.
+                Ok(Ok(_)) => self.wait_for(batch),
+                _ => Ok(()),
+            }
+        };
+        match outcome {
+            Ok(Ok(out)) => committed.map(|()| out),
+            Ok(Err(e)) => Err(e),
+            Err(panic) => resume_unwind(panic),
+        }
+    }
+
+    /// The writer, counted as waiting while it waits. A batch may be open on it: the caller
+    /// continues it or ends it.
+    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
+        self.writers_waiting.fetch_add(1, Ordering::SeqCst);
+        let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        self.writers_waiting.fetch_sub(1, Ordering::SeqCst);
+        w
+    }
+
+    /// Commits the open batch, if any (before work on the writer outside a write).
+    fn commit_open(&self, w: &mut Writer) -> Result<()> {
+        if w.open.is_none() {
+            return Ok(());
+        }
+        let result = exec_cached(&w.conn, "COMMIT").map_err(StoreError::from);
+        self.end_batch(w, result)
+    }
+
+    /// Ends the open batch with the result of its commit and tells the writes waiting on it.
+    fn end_batch(&self, w: &mut Writer, result: Result<()>) -> Result<()> {
+        let Some(batch) = w.open.take() else { return result };
+        if result.is_err() && !w.conn.is_autocommit() {
+            let _ = exec_cached(&w.conn, "ROLLBACK");
+        }
+        let mut commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        commits.done = batch.id;
+        if let Err(e) = &result {
+            if commits.failed.len() >= limits::STORE_BATCH_FAILURES_KEPT {
+                commits.failed.pop_front();
+            }
+            commits.failed.push_back((batch.id, e.to_string()));
+        }
+        drop(commits);
+        self.committed.notify_all();
+        result
+    }
+
+    /// Waits until `batch` has ended; its commit's result.
+    fn wait_for(&self, batch: u64) -> Result<()> {
+        let mut commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        while commits.done < batch {
+            commits = self.committed.wait(commits).unwrap_or_else(PoisonError::into_inner);
+        }
+        match commits.failed.iter().find(|(id, _)| *id == batch) {
+            Some((_, e)) => Err(StoreError::Internal(format!("commit failed: {e}"))),
+            None => Ok(()),
+        }
     }
 
     /// Notes that an item was shown. Stamps are written in batches by [`Store::flush_viewed`]
@@ -223,6 +393,12 @@ impl Store {
         }
         Ok(written)
     }
+}
+
+/// Runs one statement without results from the connection's statement cache (a transaction's
+/// BEGIN and COMMIT are run on every request: parsing them each time was measurable).
+fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn configure(conn: &Connection, writer: bool) -> Result<()> {
@@ -401,6 +577,61 @@ mod tests {
         let kept = Connection::open(&backups[0]).unwrap();
         let orgs: i64 = kept.query_row("SELECT count(*) FROM organizations", [], |r| r.get(0)).unwrap();
         assert_eq!(orgs, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Many threads write at once: writes share batches (fewer commits than writes), a write
+    /// that fails or panics leaves the others of its batch committed, and each write that
+    /// returned Ok is in the database.
+    #[test]
+    fn writes_at_once_share_commits_and_fail_alone() {
+        let dir = std::env::temp_dir().join(format!("sitegate-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = std::sync::Arc::new(Store::open(&dir.join("site.db")).unwrap());
+        store.write(|tx| Ok(tx.execute_batch("CREATE TABLE t (n INTEGER PRIMARY KEY)")?)).unwrap();
+        let before = store.commits.lock().unwrap().done;
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let store = std::sync::Arc::clone(&store);
+                std::thread::spawn(move || {
+                    let mut ok = Vec::new();
+                    for i in 0..200i64 {
+                        let n = t * 1000 + i;
+                        let result = catch_unwind(AssertUnwindSafe(|| {
+                            store.write(|tx| {
+                                tx.execute("INSERT INTO t (n) VALUES (?1)", [n])?;
+                                match i % 50 {
+                                    7 => Err(StoreError::BadReference("refused".into())),
+                                    9 => panic!("a write panics"),
+                                    _ => Ok(()),
+                                }
+                            })
+                        }));
+                        if let Ok(Ok(())) = result {
+                            ok.push(n);
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        let ok: Vec<i64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        assert_eq!(ok.len(), 8 * 192);
+        let stored: Vec<i64> = store
+            .read(|tx| {
+                let mut stmt = tx.prepare("SELECT n FROM t ORDER BY n")?;
+                let rows = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
+                Ok(rows)
+            })
+            .unwrap();
+        let mut expected = ok.clone();
+        expected.sort();
+        assert_eq!(stored, expected, "exactly the writes that returned Ok are stored");
+        let batches = store.commits.lock().unwrap().done - before;
+        assert!(batches < 8 * 200, "{batches} commits for 1,600 writes");
+        let w = store.writer.lock().unwrap();
+        assert!(w.open.is_none() && w.conn.is_autocommit(), "no batch is left open");
+        drop(w);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

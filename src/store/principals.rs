@@ -1,6 +1,6 @@
 //! Organisations, users, groups and memberships.
 
-use rusqlite::{OptionalExtension, Row, Transaction};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::ExecCached;
 use super::{Result, Store, StoreError, json_ids};
@@ -218,14 +218,14 @@ impl Store {
     }
 }
 
-fn email_taken(tx: &Transaction<'_>, email: &str) -> Result<bool> {
+fn email_taken(tx: &Connection, email: &str) -> Result<bool> {
     Ok(tx
         .query_row("SELECT 1 FROM principals WHERE kind = 1 AND email = ?1 COLLATE NOCASE", [email], |_| Ok(()))
         .optional()?
         .is_some())
 }
 
-fn group_in_org(tx: &Transaction<'_>, group_id: i64, org: &str) -> Result<()> {
+fn group_in_org(tx: &Connection, group_id: i64, org: &str) -> Result<()> {
     let found = tx
         .query_row(
             "SELECT 1 FROM principals WHERE id = ?1 AND kind = 2 AND deleted = 0 AND org = ?2",
@@ -237,7 +237,7 @@ fn group_in_org(tx: &Transaction<'_>, group_id: i64, org: &str) -> Result<()> {
 }
 
 /// The kind of a live (not deleted) user or group of `org`, if `id` is one.
-pub(super) fn principal_kind(tx: &Transaction<'_>, org: &str, id: i64) -> Result<Option<PrincipalKind>> {
+pub(super) fn principal_kind(tx: &Connection, org: &str, id: i64) -> Result<Option<PrincipalKind>> {
     let kind: Option<i64> = tx
         .prepare_cached("SELECT kind FROM principals WHERE id = ?1 AND org = ?2 AND deleted = 0")?
         .query_row((id, org), |r| r.get(0))
@@ -246,7 +246,7 @@ pub(super) fn principal_kind(tx: &Transaction<'_>, org: &str, id: i64) -> Result
 }
 
 /// The viewer a live, enabled user acts as (`None` for anyone else).
-pub(super) fn viewer_of(tx: &Transaction<'_>, user_id: i64) -> Result<Option<Viewer>> {
+pub(super) fn viewer_of(tx: &Connection, user_id: i64) -> Result<Option<Viewer>> {
     let row: Option<(String, bool, bool)> = tx
         .prepare_cached(
             "SELECT org, admin, prevent_private FROM principals
@@ -259,7 +259,7 @@ pub(super) fn viewer_of(tx: &Transaction<'_>, user_id: i64) -> Result<Option<Vie
 }
 
 /// The live groups a user belongs to.
-fn groups_of(tx: &Transaction<'_>, user_id: i64) -> Result<Vec<i64>> {
+fn groups_of(tx: &Connection, user_id: i64) -> Result<Vec<i64>> {
     let mut stmt = tx.prepare_cached(
         "SELECT m.group_id FROM memberships m JOIN principals g ON g.id = m.group_id
          WHERE m.user_id = ?1 AND g.deleted = 0 ORDER BY m.group_id",

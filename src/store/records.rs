@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use rusqlite::types::Value;
-use rusqlite::{OptionalExtension, Row, ToSql, Transaction};
+use rusqlite::{Connection, OptionalExtension, Row, ToSql};
 
 use super::ExecCached;
 use super::activities::FileInfo;
@@ -329,9 +329,14 @@ impl Store {
             // The notification carries the record as it was, activities included.
             let wrote = self.emit(tx, &viewer.org, &[Event::ItemsDelete], Target::Record(record_type, id))?;
             let now = now_secs();
+            // The record, then its activities (two statements: each uses its index).
+            tx.exec(
+                "UPDATE items SET archived = ?1, updated = ?2, modificator = ?3 WHERE id = ?1 AND archived IS NULL",
+                (id, now, viewer.user_id),
+            )?;
             tx.exec(
                 "UPDATE items SET archived = ?1, updated = ?2, modificator = ?3
-                 WHERE (id = ?1 OR record_id = ?1) AND archived IS NULL",
+                 WHERE record_id = ?1 AND parent IS NOT NULL AND archived IS NULL",
                 (id, now, viewer.user_id),
             )?;
             Ok(((), wrote))
@@ -343,9 +348,15 @@ impl Store {
     pub fn restore_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
         self.write_emitting(|tx| {
             load_record_in(tx, viewer, record_type, id, State::Deleted)?;
+            let now = now_secs();
             tx.exec(
-                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE archived = ?1",
-                (id, now_secs(), viewer.user_id),
+                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE id = ?1 AND archived = ?1",
+                (id, now, viewer.user_id),
+            )?;
+            tx.exec(
+                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3
+                 WHERE record_id = ?1 AND parent IS NOT NULL AND archived = ?1",
+                (id, now, viewer.user_id),
             )?;
             let wrote = self.emit(tx, &viewer.org, &[Event::ItemsRestore], Target::Record(record_type, id))?;
             Ok(((), wrote))
@@ -634,14 +645,14 @@ fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&
 
 /// What Show returns of a record in the given state.
 pub(super) fn detail_of(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     viewer: &Viewer,
     record_type: RecordType,
     id: i64,
     state: State,
 ) -> Result<RecordDetail> {
     let record = load_record_in(tx, viewer, record_type, id, state)?;
-    let categories = categories_of(tx, &[id])?.remove(&id).unwrap_or_default();
+    let categories = categories_of_one(tx, id)?;
     let related = related_of(tx, viewer, id)?;
     let activities = activities_of(tx, id)?;
     Ok(RecordDetail { record, activities, categories, related })
@@ -656,13 +667,13 @@ pub(super) enum State {
 }
 
 /// A live (not archived) record of the type, visible to the viewer; else `NotFound`.
-fn load_record(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordRow> {
+fn load_record(tx: &Connection, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordRow> {
     load_record_in(tx, viewer, record_type, id, State::Live)
 }
 
 /// A record of the type in the given state, visible to the viewer; else `NotFound`.
 pub(super) fn load_record_in(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     viewer: &Viewer,
     record_type: RecordType,
     id: i64,
@@ -694,7 +705,7 @@ pub(super) fn load_record_in(
 
 /// Ownership may be the viewer's own id or one of their groups; administrators may give any
 /// user or group of the organisation.
-fn check_ownership(tx: &Transaction<'_>, viewer: &Viewer, ownership: i64) -> Result<()> {
+fn check_ownership(tx: &Connection, viewer: &Viewer, ownership: i64) -> Result<()> {
     let kind = principal_kind(tx, &viewer.org, ownership)?;
     let Some(kind) = kind else {
         return Err(StoreError::BadReference(format!("ownership {ownership} is not a user or group id")));
@@ -712,7 +723,7 @@ fn check_ownership(tx: &Transaction<'_>, viewer: &Viewer, ownership: i64) -> Res
 }
 
 /// `assignedto` values must name a live user or group of the organisation.
-fn check_principal_fields(tx: &Transaction<'_>, viewer: &Viewer, fields: &FieldValues) -> Result<()> {
+fn check_principal_fields(tx: &Connection, viewer: &Viewer, fields: &FieldValues) -> Result<()> {
     if let Some(v) = fields.get("assignedto").filter(|v| !v.is_empty()) {
         let id: i64 = v.parse().map_err(|_| StoreError::BadReference(format!("assignedto {v} is not an id")))?;
         if principal_kind(tx, &viewer.org, id)?.is_none() {
@@ -722,7 +733,7 @@ fn check_principal_fields(tx: &Transaction<'_>, viewer: &Viewer, fields: &FieldV
     Ok(())
 }
 
-fn category_exists(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
+fn category_exists(tx: &Connection, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
     let found = tx
         .prepare_cached("SELECT 1 FROM categories WHERE id = ?1 AND org = ?2 AND record_type = ?3")?
         .query_row((id, &viewer.org, record_type.typeid()), |_| Ok(()))
@@ -735,7 +746,7 @@ fn category_exists(tx: &Transaction<'_>, viewer: &Viewer, record_type: RecordTyp
 /// Adds and removes category tags of a record; every id must be a tag of the record's type.
 /// Returns how many were really added and removed.
 fn change_categories(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     viewer: &Viewer,
     record_type: RecordType,
     item: i64,
@@ -758,7 +769,7 @@ fn change_categories(
 
 /// Links `item` to each target (a live, visible contact, company or project blog of the
 /// organisation); adding an existing link replaces its note.
-fn add_related(tx: &Transaction<'_>, viewer: &Viewer, item: i64, targets: &[(i64, String)]) -> Result<()> {
+fn add_related(tx: &Connection, viewer: &Viewer, item: i64, targets: &[(i64, String)]) -> Result<()> {
     for (target, note) in targets {
         let not_found = || StoreError::BadReference(format!("related item {target} does not exist"));
         if *target == item {
@@ -788,7 +799,7 @@ fn add_related(tx: &Transaction<'_>, viewer: &Viewer, item: i64, targets: &[(i64
     Ok(())
 }
 
-fn categories_of(tx: &Transaction<'_>, items: &[i64]) -> Result<HashMap<i64, Vec<CategoryRef>>> {
+fn categories_of(tx: &Connection, items: &[i64]) -> Result<HashMap<i64, Vec<CategoryRef>>> {
     let mut stmt = tx.prepare_cached(
         "SELECT ic.item_id, c.id, c.name FROM item_categories ic JOIN categories c ON c.id = ic.category_id
          WHERE ic.item_id IN (SELECT value FROM json_each(?1)) ORDER BY c.name COLLATE NOCASE, c.id",
@@ -803,7 +814,17 @@ fn categories_of(tx: &Transaction<'_>, items: &[i64]) -> Result<HashMap<i64, Vec
     Ok(out)
 }
 
-fn related_of(tx: &Transaction<'_>, viewer: &Viewer, item: i64) -> Result<Vec<RelatedItem>> {
+/// One item's category tags, by name (the list form without its temporary tables).
+fn categories_of_one(tx: &Connection, item: i64) -> Result<Vec<CategoryRef>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT c.id, c.name FROM item_categories ic JOIN categories c ON c.id = ic.category_id
+         WHERE ic.item_id = ?1 ORDER BY c.name COLLATE NOCASE, c.id",
+    )?;
+    let rows = stmt.query_map([item], |r| Ok(CategoryRef { id: r.get(0)?, name: r.get(1)? }))?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+fn related_of(tx: &Connection, viewer: &Viewer, item: i64) -> Result<Vec<RelatedItem>> {
     let sql = format!(
         "SELECT c.id, c.typeid, c.name, r.note FROM relations r JOIN items c ON c.id = r.related
          WHERE r.item = :item AND c.archived IS NULL AND {} ORDER BY r.id",
@@ -853,7 +874,7 @@ fn activity_from_row(r: &Row<'_>) -> rusqlite::Result<ActivityRow> {
 
 /// The live activities under a record, flat, in tree order (each parent before its children,
 /// siblings by position).
-pub(super) fn activities_of(tx: &Transaction<'_>, record: i64) -> Result<Vec<ActivityRow>> {
+pub(super) fn activities_of(tx: &Connection, record: i64) -> Result<Vec<ActivityRow>> {
     let mut stmt = tx.prepare_cached(&format!(
         "{ACTIVITY_SELECT} WHERE i.record_id = ?1 AND i.parent IS NOT NULL AND i.archived IS NULL
          ORDER BY i.position, i.id"
@@ -863,7 +884,7 @@ pub(super) fn activities_of(tx: &Transaction<'_>, record: i64) -> Result<Vec<Act
 }
 
 /// One activity, archived or not.
-pub(super) fn activity_by_id(tx: &Transaction<'_>, id: i64) -> Result<ActivityRow> {
+pub(super) fn activity_by_id(tx: &Connection, id: i64) -> Result<ActivityRow> {
     let mut stmt = tx.prepare_cached(&format!("{ACTIVITY_SELECT} WHERE i.id = ?1 AND i.parent IS NOT NULL"))?;
     stmt.query_row([id], activity_from_row).optional()?.ok_or(StoreError::NotFound)
 }
