@@ -168,12 +168,12 @@ async fn connection(
         let outcome = match sender.send_request(req).await {
             Ok(resp) => {
                 let status = resp.status().as_u16();
-                if status == 201 && args.locations_out.is_some() {
-                    if let Some(id) =
+                if status == 201
+                    && args.locations_out.is_some()
+                    && let Some(id) =
                         resp.headers().get("location").and_then(|l| l.to_str().ok()).and_then(|l| l.rsplit('/').next())
-                    {
-                        tally.borrow_mut().locations.push(id.to_string());
-                    }
+                {
+                    tally.borrow_mut().locations.push(id.to_string());
                 }
                 match resp.into_body().collect().await {
                     Ok(_) => Ok(status),
