@@ -43,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MUSL = "x86_64-unknown-linux-musl"
-EXAMPLES = os.path.join(ROOT, "target", "release", "examples")
+EXAMPLES = os.path.join(ROOT, "target", "release", "examples")  # --examples-debug: target/debug/examples
 PB_VERSION = "0.40.6"
 JOB_TITLES = [f"Engineer {k}" for k in range(20)]
 
@@ -87,7 +87,11 @@ def build(args):
     else:
         run(["cargo", "build", "--locked", "--release", "--target", MUSL])
         args.bin = os.path.join(ROOT, "target", MUSL, "release", "sitegate")
-    run(["cargo", "build", "--locked", "--release", "--example", "http_bench", "--example", "hello_tiny_http",
+    global EXAMPLES
+    profile = [] if args.examples_debug else ["--release"]
+    if args.examples_debug:
+        EXAMPLES = os.path.join(ROOT, "target", "debug", "examples")
+    run(["cargo", "build", "--locked", *profile, "--example", "http_bench", "--example", "hello_tiny_http",
          "--example", "mqtt_bench"])
 
 
@@ -139,6 +143,32 @@ def contact(i):
             "background": "Met at the trade fair; interested in the maintenance contract."}
 
 
+def sg_start(self, binary, workdir):
+    """Starts `sitegate serve` in workdir (its config.toml) pinned to CPU 0; fills in the
+    ports, the start-up time and the administrator's headers."""
+    self.binary, self.work = binary, workdir
+    started = time.monotonic()
+    self.proc = subprocess.Popen(["taskset", "-c", "0", binary, "serve", "--config", "config.toml"],
+                                 cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = self.proc.stdout.readline()
+    self.ready_s = time.monotonic() - started
+    m = re.search(r"http=127\.0\.0\.1:(\d+)", ready)
+    if not m:
+        raise RuntimeError(f"sitegate did not start: {ready!r} {self.proc.stderr.read()[-500:]}")
+    self.port = int(m.group(1))
+    m = re.search(r"mqtt=127\.0\.0\.1:(\d+)", ready)
+    self.mqtt_port = int(m.group(1)) if m else None
+    token = None
+    deadline = time.time() + 30
+    while token is None and time.time() < deadline:
+        m = re.search(r"admin token: (\w+)", self.proc.stderr.readline())
+        token = m.group(1) if m else None
+    threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+    threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+    auth = "Basic " + base64.b64encode(f"admin@sitegate.local:{token}".encode()).decode()
+    self.headers = {"Authorization": auth, "Accept": "application/json"}
+
+
 class Sitegate:
     name = "sitegate"
 
@@ -150,24 +180,7 @@ class Sitegate:
             # Built-in defaults, but for the hourly quota (the load is millions of calls).
             f.write('[http]\nlisten = "127.0.0.1:0"\n' + extra + '\n[api]\nquota_calls_per_hour = 100000000\n'
                     '[location]\nscan = "off"\n[mqtt]\nlisten = "127.0.0.1:0"\n')
-        started = time.monotonic()
-        self.proc = subprocess.Popen(["taskset", "-c", "0", binary, "serve", "--config", "config.toml"],
-                                     cwd=self.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        ready = self.proc.stdout.readline()
-        self.ready_s = time.monotonic() - started
-        m = re.search(r"http=127\.0\.0\.1:(\d+)", ready)
-        if not m:
-            raise RuntimeError(f"sitegate did not start: {ready!r} {self.proc.stderr.read()[-500:]}")
-        self.port = int(m.group(1))
-        token = None
-        deadline = time.time() + 30
-        while token is None and time.time() < deadline:
-            m = re.search(r"admin token: (\w+)", self.proc.stderr.readline())
-            token = m.group(1) if m else None
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-        auth = "Basic " + base64.b64encode(f"admin@sitegate.local:{token}".encode()).decode()
-        self.headers = {"Authorization": auth, "Accept": "application/json"}
+        sg_start(self, binary, self.work)
 
     def durability(self):
         return "WAL, synchronous=FULL (each acknowledged write fsynced)"
@@ -364,6 +377,158 @@ def bench_ceiling(args, work, results):
         hello.stop()
 
 
+def bench_mqtt(args, work, results):
+    """bench/mqtt.py (both brokers, its own tables), with this run's binaries."""
+    cmd = [sys.executable, os.path.join(HERE, "mqtt.py"), "--bin", args.bin, "--client",
+           os.path.join(EXAMPLES, "mqtt_bench"), "--seconds", str(int(max(1, args.seconds)))]
+    if args.smoke:
+        cmd.append("--smoke")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"bench/mqtt.py failed: {out.stderr[-1000:]}")
+    results["mqtt"] = out.stdout.strip()
+
+
+LOCATION_SITE = """
+[[organizations]]
+id = "acme"
+name = "Acme"
+[[areas]]
+id = 1
+name = "Campus"
+[[buildings]]
+id = 10
+name = "Main"
+area = 1
+[[floors]]
+id = 100
+label = "Ground floor"
+level = 0
+building = 10
+[[zones]]
+id = 21
+name = "Kitchen"
+floor = 100
+[[zones]]
+id = 22
+name = "Office"
+floor = 100
+[[receivers]]
+id = "rx-a"
+zone = 21
+position = "42.500000,-90.730000"
+[[receivers]]
+id = "rx-b"
+zone = 22
+position = "42.500000,-90.729800"
+"""
+BADGE_UUID = "f7826da64fa24e988024bc5b71e0893e"
+
+
+def bench_location(args, work, results):
+    """Replay throughput (parse, engine, storage) and the latency from an advert, sent by a
+    remote receiver over MQTT, to the data message a subscriber gets."""
+    loc = results.setdefault("location", {})
+    # Throughput: the simulator's big trace through `sitegate replay --store`.
+    trace_dir = os.path.join(work, "trace")
+    adverts = 20000 if args.smoke else 3000000
+    subprocess.run([sys.executable, os.path.join(HERE, "location", "sim.py"), "--scenario", "throughput", "--seed",
+                    "1", "--out", trace_dir, "--adverts", str(adverts)], check=True, capture_output=True)
+    replay_dir = os.path.join(work, "replay")
+    os.makedirs(replay_dir)
+    with open(os.path.join(trace_dir, "site.toml")) as f:
+        site = f.read()
+    with open(os.path.join(replay_dir, "config.toml"), "w") as f:
+        f.write(f'[store]\npath = "{replay_dir}/replay.db"\n' + site)
+    config = os.path.join(replay_dir, "config.toml")
+    subprocess.run([args.bin, "device", "import", os.path.join(trace_dir, "devices.csv"), "--config", config],
+                   check=True, capture_output=True)
+    started = time.monotonic()
+    out = subprocess.run(["taskset", "-c", "0", args.bin, "replay", "--config", config,
+                          "--trace", os.path.join(trace_dir, "trace.jsonl"), "--store"], capture_output=True, text=True)
+    took = time.monotonic() - started
+    if out.returncode != 0:
+        raise RuntimeError(f"replay failed: {out.stderr[-500:]}")
+    loc["replay"] = {"adverts": adverts, "seconds": took, "per_s": adverts / took}
+
+    # Latency: one advert at a time from a remote receiver, to the next data message.
+    mosq_pub, mosq_sub = shutil.which("mosquitto_pub"), shutil.which("mosquitto_sub")
+    if not (mosq_pub and mosq_sub):
+        loc["latency"] = None
+        return
+    lw = os.path.join(work, "latency")
+    os.makedirs(lw)
+    with open(os.path.join(lw, "config.toml"), "w") as f:
+        f.write('[http]\nlisten = "127.0.0.1:0"\n[mqtt]\nlisten = "127.0.0.1:0"\n[location]\nscan = "off"\n'
+                + LOCATION_SITE)
+    sg = Sitegate.__new__(Sitegate)
+    sg_start(sg, args.bin, lw)
+    try:
+        mqtt_port = sg.mqtt_port
+        sg.client().call("POST", "/devices", {"deviceaddress": "5/1/22", "beacon": f"ibeacon:{BADGE_UUID}/5/22"})
+        cli = lambda *a: subprocess.run([args.bin, *a, "--config", os.path.join(lw, "config.toml")], cwd=lw,
+                                        capture_output=True, text=True, check=True).stdout.strip()
+        rx_pw = cli("mqtt-user", "add", "--org", "acme", "--username", "rx", "--receiver")
+        sub_pw = cli("mqtt-user", "add", "--org", "acme", "--username", "sub")
+        sub = subprocess.Popen([mosq_sub, "-h", "127.0.0.1", "-p", str(mqtt_port), "-u", "sub", "-P", sub_pw,
+                                "-t", "acme/+/data", "-F", "%U"], stdout=subprocess.PIPE, text=True)
+        pub = subprocess.Popen([mosq_pub, "-h", "127.0.0.1", "-p", str(mqtt_port), "-u", "rx", "-P", rx_pw,
+                                "-t", "acme/receivers/rx-b/adverts", "-q", "1", "-l"], stdin=subprocess.PIPE, text=True)
+        arrivals = []
+        threading.Thread(target=lambda: [arrivals.append(float(l.strip())) for l in sub.stdout if l.strip()],
+                         daemon=True).start()
+        time.sleep(1.0)
+        frame = f"0215{BADGE_UUID}00050016c5"
+        line = '{"mac":"C0:00:00:00:00:22","rssi":-60,"mfg":{"004c":"' + frame + '"}}'
+        rng = __import__("random").Random(1)
+        latencies = []
+        for _ in range(3 if args.smoke else 40):
+            before = len(arrivals)
+            sent = time.time()
+            pub.stdin.write(line + "\n")
+            pub.stdin.flush()
+            deadline = time.time() + 5
+            while len(arrivals) == before and time.time() < deadline:
+                time.sleep(0.001)
+            if len(arrivals) > before:
+                latencies.append((arrivals[before] - sent) * 1000)
+            time.sleep(1.1 + rng.random())
+        pub.stdin.close()
+        pub.wait(timeout=10)
+        sub.terminate()
+        latencies.sort()
+        loc["latency"] = {"n": len(latencies), "p50_ms": latencies[len(latencies) // 2] if latencies else None,
+                          "p99_ms": latencies[-1] if latencies else None,
+                          "min_ms": latencies[0] if latencies else None}
+    finally:
+        sg.stop()
+
+
+def bench_footprint(args, work, results):
+    fp = results.setdefault("footprint", {})
+    fp["binaries"] = {}
+    for target in (MUSL, "aarch64-unknown-linux-musl"):
+        path = os.path.join(ROOT, "target", target, "release", "sitegate")
+        if os.path.exists(path):
+            fp["binaries"][target] = os.path.getsize(path)
+    pb = pocketbase_binary()
+    fp["binaries"]["PocketBase (linux amd64)"] = os.path.getsize(os.path.realpath(pb))
+    # Start-up to ready and idle RSS, on an empty data directory, three times each.
+    for name, make in (("sitegate", lambda d: Sitegate(args.bin, d)), ("PocketBase", lambda d: PocketBase(pb, d))):
+        ready, idle = [], []
+        for k in range(1 if args.smoke else 3):
+            d = os.path.join(work, f"start-{name}-{k}")
+            os.makedirs(d)
+            srv = make(d)
+            try:
+                ready.append(srv.ready_s)
+                time.sleep(2)
+                idle.append(rss_kb(srv.proc.pid))
+            finally:
+                srv.stop()
+        fp[name] = {"ready_s": statistics.median(ready), "idle_kb": statistics.median(idle)}
+
+
 def fmt_rate(x):
     return f"{x:,.0f}"
 
@@ -389,6 +554,40 @@ def report(args, results):
         lines += [f"HTTP ceiling (tiny_http hello, 32 connections): {fmt_rate(c['rps'])} req/s, p50 {c['p50_us']} µs, "
                   f"p99 {c['p99_us']} µs, load client CPU {c['client_cpu_share']:.2f}; sitegate show / ceiling = "
                   f"{show['rps'] / c['rps']:.2f}", ""]
+    if "rest" in results:
+        rss = results["rest"]["rss_kb"]
+        lines += ["RSS after each REST load (MB; the highest after any run of that work):", "",
+                  "| | seeded | " + " | ".join(k for k in args.kinds.split(",")) + " |",
+                  "|---|---|" + "---|" * len(args.kinds.split(","))]
+        for name in results["rest"]["durability"]:
+            cells = [rss.get((name, "seeded"), 0)] + [rss.get((name, k), 0) for k in args.kinds.split(",")]
+            lines.append(f"| {name} | " + " | ".join(f"{c / 1024:.1f}" for c in cells) + " |")
+        lines.append("")
+    if "mqtt" in results:
+        lines += ["MQTT (bench/mqtt.py):", "", results["mqtt"], ""]
+    if "location" in results:
+        loc = results["location"]
+        r = loc["replay"]
+        lines.append(f"Location: `sitegate replay --store` of {r['adverts']:,} simulated adverts: "
+                     f"{r['per_s']:,.0f} adverts/s ({r['seconds']:.1f} s, parse, engine and SQLite).")
+        lat = loc.get("latency")
+        if lat:
+            lines.append(f"Advert from a remote receiver (MQTT) to the subscriber's data message, {lat['n']} adverts "
+                         f"one at a time: p50 {lat['p50_ms']:.0f} ms, max {lat['p99_ms']:.0f} ms, "
+                         f"min {lat['min_ms']:.0f} ms (the engine writes and publishes once a second).")
+        lines.append("")
+    if "footprint" in results:
+        fp = results["footprint"]
+        lines += ["| footprint | sitegate | PocketBase | ratio |", "|---|---|---|---|"]
+        sg, pb = fp["sitegate"], fp["PocketBase"]
+        lines.append(f"| start-up to ready (s, empty data directory) | {sg['ready_s']:.3f} | {pb['ready_s']:.3f} | "
+                     f"{sg['ready_s'] / pb['ready_s']:.2f} |")
+        lines.append(f"| RSS idle (MB) | {sg['idle_kb'] / 1024:.1f} | {pb['idle_kb'] / 1024:.1f} | "
+                     f"{sg['idle_kb'] / pb['idle_kb']:.2f} |")
+        lines.append("")
+        lines += ["| binary | bytes |", "|---|---|"]
+        lines += [f"| {k} | {v:,} |" for k, v in fp["binaries"].items()]
+        lines.append("")
     text = "\n".join(lines)
     print(text)
     if args.out:
@@ -404,7 +603,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--records", type=int, default=10000)
     ap.add_argument("--only", default="rest,ceiling,mqtt,location,footprint")
-    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny runs: checks that the harness works")
+    ap.add_argument("--examples-debug", action="store_true", help="debug builds of the load clients (smoke runs)")
     ap.add_argument("--kinds", default="show,list,update,create,delete", help=argparse.SUPPRESS)
     ap.add_argument("--conns", default="1,32", help=argparse.SUPPRESS)
     ap.add_argument("--no-peer", action="store_true", help=argparse.SUPPRESS)
@@ -422,6 +622,12 @@ def main():
             bench_rest(args, work, results)
         if "ceiling" in only:
             bench_ceiling(args, work, results)
+        if "mqtt" in only:
+            bench_mqtt(args, work, results)
+        if "location" in only:
+            bench_location(args, work, results)
+        if "footprint" in only:
+            bench_footprint(args, work, results)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(args, results)
