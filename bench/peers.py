@@ -460,7 +460,7 @@ def bench_location(args, work, results):
     os.makedirs(lw)
     with open(os.path.join(lw, "config.toml"), "w") as f:
         f.write('[http]\nlisten = "127.0.0.1:0"\n[mqtt]\nlisten = "127.0.0.1:0"\n[location]\nscan = "off"\n'
-                + LOCATION_SITE)
+                'update_interval_ms = 1000\n' + LOCATION_SITE)
     sg = Sitegate.__new__(Sitegate)
     sg_start(sg, args.bin, lw)
     try:
