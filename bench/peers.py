@@ -41,39 +41,13 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from mqtt import free_port, rss_kb, wait_port  # noqa: E402  (the helpers bench/mqtt.py has)
 ROOT = os.path.dirname(HERE)
 MUSL = "x86_64-unknown-linux-musl"
 EXAMPLES = os.path.join(ROOT, "target", "release", "examples")  # --examples-debug: target/debug/examples
 PB_VERSION = "0.40.6"
 JOB_TITLES = [f"Engineer {k}" for k in range(20)]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, deadline=30):
-    end = time.time() + deadline
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-def rss_kb(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def run(cmd, **kw):
