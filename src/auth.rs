@@ -102,9 +102,158 @@ pub fn authenticate(store: &Store, header: Option<&str>) -> Result<Viewer, AuthE
     }
 }
 
+/// The part of a client's address failed logins are counted by: the address itself, or for
+/// IPv6 its /64 network (one host usually holds a whole /64).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct AddressKey(u128);
+
+impl AddressKey {
+    pub fn of(ip: std::net::IpAddr) -> AddressKey {
+        match ip {
+            std::net::IpAddr::V4(v4) => AddressKey(u128::from(u32::from(v4))),
+            std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => AddressKey(u128::from(u32::from(v4))),
+                None => AddressKey((u128::from(v6) >> 64 << 64) | 1 << 32),
+            },
+        }
+    }
+}
+
+/// Failed-login throttling per client address, shared by the API and the MQTT broker.
+///
+/// A failure is a presented credential that does not authenticate (a missing one is not: many
+/// clients ask without credentials first). The `failures_max`-th failure from an address
+/// within `lockout` locks the address out for `lockout`: every credential it presents is
+/// refused unchecked (API 429 with Retry-After, MQTT "not authorized") until then. A right
+/// credential does not reset the count, so an attacker holding one account cannot use it to
+/// keep guessing at others.
+pub struct Throttle {
+    failures_max: u32,
+    lockout_ms: u64,
+    inner: std::sync::Mutex<std::collections::HashMap<AddressKey, Failures>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Failures {
+    count: u32,
+    /// When the first failure counted was seen.
+    first_ms: u64,
+    /// Locked out until then (0: not locked).
+    locked_until_ms: u64,
+}
+
+/// What the throttle says about an address about to present credentials.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gate {
+    Open,
+    /// Locked out for this many more milliseconds.
+    Locked(u64),
+}
+
+impl Throttle {
+    pub fn new(failures_max: u32, lockout_s: u64) -> Throttle {
+        Throttle { failures_max, lockout_ms: lockout_s.saturating_mul(1000), inner: Default::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<AddressKey, Failures>> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether credentials from `ip` may be checked now.
+    pub fn gate(&self, ip: Option<std::net::IpAddr>, now_ms: u64) -> Gate {
+        let Some(ip) = ip else { return Gate::Open };
+        match self.lock().get(&AddressKey::of(ip)) {
+            Some(f) if f.locked_until_ms > now_ms => Gate::Locked(f.locked_until_ms - now_ms),
+            _ => Gate::Open,
+        }
+    }
+
+    /// Counts a failed login from `ip`; true when this failure locked the address out.
+    pub fn failed(&self, ip: Option<std::net::IpAddr>, now_ms: u64) -> bool {
+        let Some(ip) = ip else { return false };
+        let key = AddressKey::of(ip);
+        let mut map = self.lock();
+        if !map.contains_key(&key) && map.len() >= limits::AUTH_THROTTLE_ADDRESSES_MAX {
+            // Forget what has expired; if every entry is live, forget the oldest.
+            let lockout = self.lockout_ms;
+            map.retain(|_, f| f.locked_until_ms > now_ms || now_ms.saturating_sub(f.first_ms) < lockout);
+            if map.len() >= limits::AUTH_THROTTLE_ADDRESSES_MAX
+                && let Some(oldest) = map.iter().min_by_key(|(_, f)| f.first_ms.max(f.locked_until_ms)).map(|(k, _)| *k)
+            {
+                map.remove(&oldest);
+            }
+        }
+        let f = map.entry(key).or_insert(Failures { count: 0, first_ms: now_ms, locked_until_ms: 0 });
+        if f.locked_until_ms > now_ms {
+            return false;
+        }
+        if now_ms.saturating_sub(f.first_ms) >= self.lockout_ms || f.count == 0 {
+            f.count = 0;
+            f.first_ms = now_ms;
+        }
+        f.count += 1;
+        if f.count >= self.failures_max {
+            f.count = 0;
+            f.locked_until_ms = now_ms.saturating_add(self.lockout_ms);
+            return true;
+        }
+        false
+    }
+
+    /// Addresses with failures or a lockout remembered.
+    #[cfg(test)]
+    pub fn tracked(&self) -> usize {
+        self.lock().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nth_failure_locks_the_address_out_for_the_lockout() {
+        let t = Throttle::new(3, 60);
+        let a: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let b: std::net::IpAddr = "192.0.2.8".parse().unwrap();
+        assert!(!t.failed(Some(a), 1_000));
+        assert!(!t.failed(Some(a), 2_000));
+        assert_eq!(t.gate(Some(a), 2_500), Gate::Open);
+        assert!(t.failed(Some(a), 3_000));
+        assert_eq!(t.gate(Some(a), 3_000), Gate::Locked(60_000));
+        assert_eq!(t.gate(Some(b), 3_000), Gate::Open);
+        // Failures while locked do not extend the lockout.
+        assert!(!t.failed(Some(a), 10_000));
+        assert_eq!(t.gate(Some(a), 62_999), Gate::Locked(1));
+        assert_eq!(t.gate(Some(a), 63_000), Gate::Open);
+        // Failures further apart than the lockout do not add up.
+        assert!(!t.failed(Some(b), 0));
+        assert!(!t.failed(Some(b), 30_000));
+        assert!(!t.failed(Some(b), 61_000));
+        assert!(!t.failed(Some(b), 62_000));
+        assert!(t.failed(Some(b), 63_000));
+        // No address (a process-internal caller): never throttled.
+        assert!(!t.failed(None, 0));
+        assert_eq!(t.gate(None, 0), Gate::Open);
+    }
+
+    #[test]
+    fn ipv6_is_counted_per_64_and_mapped_ipv4_as_ipv4() {
+        let k = |s: &str| AddressKey::of(s.parse().unwrap());
+        assert_eq!(k("2001:db8:1:2::1"), k("2001:db8:1:2:ffff::9"));
+        assert_ne!(k("2001:db8:1:2::1"), k("2001:db8:1:3::1"));
+        assert_eq!(k("::ffff:192.0.2.1"), k("192.0.2.1"));
+        assert_ne!(k("::"), k("0.0.0.0"));
+    }
+
+    #[test]
+    fn the_table_of_addresses_is_bounded() {
+        let t = Throttle::new(1_000, 60);
+        for i in 0..(limits::AUTH_THROTTLE_ADDRESSES_MAX as u32 + 50) {
+            t.failed(Some(std::net::IpAddr::V4(i.into())), u64::from(i));
+        }
+        assert!(t.tracked() <= limits::AUTH_THROTTLE_ADDRESSES_MAX);
+    }
 
     #[test]
     fn basic_header() {

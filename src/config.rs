@@ -69,6 +69,7 @@ pub struct RawHttp {
     pub workers: Option<usize>,
     pub queue_depth_max: Option<usize>,
     pub connections_max: Option<usize>,
+    pub connections_per_address_max: Option<usize>,
     pub body_bytes_max: Option<usize>,
     pub upload_bytes_max: Option<usize>,
     pub batch_bytes_max: Option<usize>,
@@ -90,6 +91,8 @@ pub struct RawStore {
 #[serde(deny_unknown_fields, default)]
 pub struct RawApi {
     pub quota_calls_per_hour: Option<u32>,
+    pub login_failures_max: Option<u32>,
+    pub login_lockout_s: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -163,6 +166,8 @@ pub struct HttpConfig {
     pub workers: usize,
     pub queue_depth_max: usize,
     pub connections_max: usize,
+    /// Open connections from one client address (IPv6: one /64).
+    pub connections_per_address_max: usize,
     pub body_bytes_max: usize,
     /// The body limit of multipart/form-data requests (file uploads).
     pub upload_bytes_max: usize,
@@ -190,6 +195,9 @@ pub struct StoreConfig {
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
     pub quota_calls_per_hour: u32,
+    /// Failed logins from one client address that lock it out, and for how long.
+    pub login_failures_max: u32,
+    pub login_lockout_s: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -323,6 +331,13 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         1,
         limits::HTTP_CONNECTIONS_MAX_CEILING,
     )?;
+    let connections_per_address_max = bounded(
+        "http.connections_per_address_max",
+        h.connections_per_address_max,
+        limits::HTTP_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT.min(connections_max),
+        1,
+        connections_max,
+    )?;
     let body_bytes_max = bounded(
         "http.body_bytes_max",
         h.body_bytes_max,
@@ -400,6 +415,20 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         limits::QUOTA_CALLS_PER_HOUR_DEFAULT,
         1,
         limits::QUOTA_CALLS_PER_HOUR_CEILING,
+    )?;
+    let login_failures_max = bounded(
+        "api.login_failures_max",
+        raw.api.login_failures_max,
+        limits::AUTH_LOGIN_FAILURES_MAX_DEFAULT,
+        1,
+        limits::AUTH_LOGIN_FAILURES_MAX_CEILING,
+    )?;
+    let login_lockout_s = bounded(
+        "api.login_lockout_s",
+        raw.api.login_lockout_s,
+        limits::AUTH_LOGIN_LOCKOUT_S_DEFAULT,
+        1,
+        limits::AUTH_LOGIN_LOCKOUT_S_CEILING,
     )?;
 
     // [site]
@@ -543,6 +572,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             workers,
             queue_depth_max,
             connections_max,
+            connections_per_address_max,
             body_bytes_max,
             upload_bytes_max,
             batch_bytes_max,
@@ -552,7 +582,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             metrics_token,
         },
         store: StoreConfig { path: relative(store_path) },
-        api: ApiConfig { quota_calls_per_hour },
+        api: ApiConfig { quota_calls_per_hour, login_failures_max, login_lockout_s },
         site: SiteConfig { timezone_name, timezone },
         log: LogConfig { level },
         webhooks,
@@ -596,6 +626,7 @@ impl Config {
                 workers: Some(self.http.workers),
                 queue_depth_max: Some(self.http.queue_depth_max),
                 connections_max: Some(self.http.connections_max),
+                connections_per_address_max: Some(self.http.connections_per_address_max),
                 body_bytes_max: Some(self.http.body_bytes_max),
                 upload_bytes_max: Some(self.http.upload_bytes_max),
                 batch_bytes_max: Some(self.http.batch_bytes_max),
@@ -607,7 +638,11 @@ impl Config {
                 metrics_token: self.http.metrics_token.as_ref().map(|_| "(set)".to_string()),
             },
             store: RawStore { path: Some(path(&self.store.path)) },
-            api: RawApi { quota_calls_per_hour: Some(self.api.quota_calls_per_hour) },
+            api: RawApi {
+                quota_calls_per_hour: Some(self.api.quota_calls_per_hour),
+                login_failures_max: Some(self.api.login_failures_max),
+                login_lockout_s: Some(self.api.login_lockout_s),
+            },
             site: RawSite { timezone: Some(self.site.timezone_name.clone()) },
             log: RawLog { level: Some(self.log.level.to_string().to_lowercase()) },
             webhooks: RawWebhooks {

@@ -42,6 +42,10 @@ pub const HTTP_QUEUE_DEPTH_MAX_CEILING: usize = 65_536;
 /// the kernel's accept backlog until a connection closes.
 pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 1024;
 pub const HTTP_CONNECTIONS_MAX_CEILING: usize = 100_000;
+/// Open connections from one client address, IPv6 by /64 (`[http]
+/// connections_per_address_max`; at most `connections_max`): beyond it a new connection is
+/// closed at once, so one client cannot take every slot.
+pub const HTTP_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT: usize = 256;
 
 /// Time a client has to send a request's headers, and the longest a kept-alive connection
 /// may sit idle between requests (`[http] header_read_timeout_ms`).
@@ -181,6 +185,16 @@ pub const STORE_VIEWED_FLUSH_INTERVAL_MS: u64 = 1_000;
 
 /// Verified credentials remembered until the database next changes (emptied when full).
 pub const AUTH_VERIFIED_ENTRIES_MAX: usize = 1_024;
+
+/// Failed logins from one client address (IPv6: one /64) that lock it out
+/// (`[api] login_failures_max`), and for how long (`[api] login_lockout_s`; failures further
+/// apart than this do not add up).
+pub const AUTH_LOGIN_FAILURES_MAX_DEFAULT: u32 = 10;
+pub const AUTH_LOGIN_FAILURES_MAX_CEILING: u32 = 1_000_000;
+pub const AUTH_LOGIN_LOCKOUT_S_DEFAULT: u64 = 300;
+pub const AUTH_LOGIN_LOCKOUT_S_CEILING: u64 = 86_400;
+/// Client addresses whose failed logins are remembered (beyond, the oldest is forgotten).
+pub const AUTH_THROTTLE_ADDRESSES_MAX: usize = 10_000;
 
 /// Random bytes in an API token (256 bits).
 pub const TOKEN_BYTES: usize = 32;

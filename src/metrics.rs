@@ -55,6 +55,9 @@ pub struct Metrics {
     pub mqtt_published: Gauge<i64, AtomicI64>,
     pub mqtt_dropped: Gauge<i64, AtomicI64>,
     pub mqtt_feed_dropped: Gauge<i64, AtomicI64>,
+    pub login_failures: Counter<u64, AtomicU64>,
+    pub login_refusals: Counter<u64, AtomicU64>,
+    pub connections_refused_per_address: Counter<u64, AtomicU64>,
 }
 
 /// Request latency buckets, seconds: 0.25 ms to ~4 s.
@@ -138,6 +141,23 @@ impl Metrics {
             gauge(&mut registry, "mqtt_dropped", "MQTT messages dropped for subscribers that did not keep up");
         let mqtt_feed_dropped =
             gauge(&mut registry, "mqtt_feed_dropped", "Feed messages dropped because the broker's queue was full");
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::<u64, AtomicU64>::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let login_failures =
+            counter(&mut registry, "login_failures", "API requests whose credentials did not authenticate");
+        let login_refusals = counter(
+            &mut registry,
+            "login_refusals",
+            "API requests refused unchecked because their address was locked out after failed logins",
+        );
+        let connections_refused_per_address = counter(
+            &mut registry,
+            "http_connections_refused_per_address",
+            "Connections closed at accept because their address had connections_per_address_max open",
+        );
         let webhook_failed = Gauge::<i64, AtomicI64>::default();
         registry.register("webhook_failed", "Webhook deliveries that failed for good (kept)", webhook_failed.clone());
         Metrics {
@@ -165,6 +185,9 @@ impl Metrics {
             uptime_seconds,
             database_bytes,
             viewed_dropped,
+            login_failures,
+            login_refusals,
+            connections_refused_per_address,
         }
     }
 

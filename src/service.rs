@@ -198,6 +198,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             Arc::clone(&store),
             Arc::clone(&app.mqtt),
             Arc::clone(&ingest),
+            Arc::clone(&app.throttle),
         ));
         let b = match started {
             Ok(b) => b,

@@ -323,8 +323,14 @@ impl App {
                 headers.append(name.clone(), value.clone());
             }
         }
-        let request =
-            Request { method: nested.method, path: nested.path, query: nested.query, headers, body: nested.body };
+        let request = Request {
+            method: nested.method,
+            path: nested.path,
+            query: nested.query,
+            headers,
+            body: nested.body,
+            peer: outer.peer,
+        };
         if is_batch_path(&request.path) {
             return self.refuse(&request, ApiError::invalid_request("a batch cannot hold another batch"));
         }

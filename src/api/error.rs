@@ -116,6 +116,17 @@ impl ApiError {
         e
     }
 
+    /// Too many failed logins from the client's address (`[api] login_failures_max`).
+    pub fn login_locked(retry_after_secs: u64) -> ApiError {
+        let mut e = ApiError::new(
+            429,
+            "toomanyfailedlogins",
+            "Too many failed logins from this address; retry after the time in Retry-After",
+        );
+        e.headers.push(("Retry-After", retry_after_secs.max(1).to_string()));
+        e
+    }
+
     pub fn busy() -> ApiError {
         let mut e = ApiError::new(503, "serverbusy", "The service is busy; retry shortly");
         e.headers.push(("Retry-After", "1".into()));

@@ -38,6 +38,14 @@ use output::{Member, Out};
 pub const QUOTA_HEADER: &str = "Http-X-Service-Api-Call-Limit";
 pub const REALM: &str = "sitegate";
 
+/// Why a request's credentials were not accepted.
+enum Denied {
+    Refused,
+    /// The client's address is locked out for this many more milliseconds.
+    Locked(u64),
+    Store(crate::store::StoreError),
+}
+
 /// Everything a handler may use.
 pub struct App {
     pub config: Config,
@@ -45,6 +53,8 @@ pub struct App {
     pub quota: Quota,
     /// Credentials verified since the database last changed.
     pub verified: auth::Verified,
+    /// Failed logins per client address (shared with the MQTT broker).
+    pub throttle: Arc<auth::Throttle>,
     /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics (for tests).
     pub fault_injection: bool,
     pub metrics: Arc<Metrics>,
@@ -69,6 +79,9 @@ pub struct Request {
     pub query: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The client's address (failed logins are throttled by it); none for requests the
+    /// process makes itself.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// A complete response: always a known length, never chunked.
@@ -187,12 +200,40 @@ impl App {
     /// The quota header's value for a request that does not count: the caller's calls this
     /// hour if its credentials are good, else none.
     fn quota_of(&self, req: &Request) -> String {
-        let auth_header = req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let used = match self.verified.authenticate(&self.store, auth_header) {
+        let used = match self.authenticate(req) {
             Ok(viewer) => self.quota.used(viewer.user_id, now_secs()),
             Err(_) => 0,
         };
         format!("{used}/{}", self.quota.allowed())
+    }
+
+    /// The user a request's credentials authenticate, through the failed-login throttle: a
+    /// locked-out address is refused unchecked, and a presented credential that fails counts.
+    fn authenticate(&self, req: &Request) -> Result<Viewer, Denied> {
+        let Some(header) = req.headers.get(http::header::AUTHORIZATION) else {
+            return Err(Denied::Refused);
+        };
+        let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
+        if let auth::Gate::Locked(ms) = self.throttle.gate(req.peer, now_ms) {
+            self.metrics.login_refusals.inc();
+            return Err(Denied::Locked(ms));
+        }
+        match self.verified.authenticate(&self.store, header.to_str().ok().or(Some(""))) {
+            Ok(viewer) => Ok(viewer),
+            Err(AuthError::Refused) => {
+                self.metrics.login_failures.inc();
+                if self.throttle.failed(req.peer, now_ms) {
+                    log::warn!(
+                        "{} failed logins from {}: refused for {} s",
+                        self.config.api.login_failures_max,
+                        req.peer.map_or_else(String::new, |p| p.to_string()),
+                        self.config.api.login_lockout_s
+                    );
+                }
+                Err(Denied::Refused)
+            }
+            Err(AuthError::Store(e)) => Err(Denied::Store(e)),
+        }
     }
 
     pub fn new(config: Config, store: Arc<Store>, metrics: Arc<Metrics>) -> Result<App, crate::store::StoreError> {
@@ -208,11 +249,13 @@ impl App {
         );
         let scan = Arc::new(crate::location::ble::ScanState::default());
         let mqtt = Arc::default();
+        let throttle = Arc::new(auth::Throttle::new(config.api.login_failures_max, config.api.login_lockout_s));
         Ok(App {
             config,
             store,
             quota,
             verified: Default::default(),
+            throttle,
             fault_injection,
             metrics,
             site,
@@ -240,15 +283,17 @@ impl App {
             _ => {}
         }
 
-        let auth_header = req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let viewer = match self.verified.authenticate(&self.store, auth_header) {
+        let viewer = match self.authenticate(req) {
             Ok(v) => v,
-            Err(AuthError::Refused) => {
+            Err(Denied::Refused) => {
                 let mut resp = render_error(&format, ApiError::unauthorized(), format!("0/{allowed}"));
                 resp.headers.push(("WWW-Authenticate", format!("Basic realm=\"{REALM}\", charset=\"UTF-8\"")));
                 return resp;
             }
-            Err(AuthError::Store(e)) => {
+            Err(Denied::Locked(ms)) => {
+                return render_error(&format, ApiError::login_locked(ms.div_ceil(1000)), format!("0/{allowed}"));
+            }
+            Err(Denied::Store(e)) => {
                 return render_error(&format, e.into(), format!("0/{allowed}"));
             }
         };

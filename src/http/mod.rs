@@ -41,6 +41,7 @@ pub struct Shared {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub quota_allowed: u32,
+    pub connections_per_address_max: usize,
 }
 
 impl Shared {
@@ -59,6 +60,7 @@ impl Shared {
             header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             quota_allowed,
+            connections_per_address_max: config.connections_per_address_max,
         }
     }
 }
@@ -76,6 +78,7 @@ pub async fn serve(
     let open =
         shared.metrics.connections_open.get_or_create(&crate::metrics::ListenerLabels { listener: name }).clone();
     let slots = Arc::new(Semaphore::new(connections_max));
+    let per_address = Arc::new(PerAddress::default());
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
         let permit = tokio::select! {
@@ -95,6 +98,12 @@ pub async fn serve(
                 continue;
             }
         };
+        let Some(address_slot) = per_address.take(peer.ip(), shared.connections_per_address_max) else {
+            shared.metrics.connections_refused_per_address.inc();
+            log::debug!("closed a connection from {peer}: connections_per_address_max reached");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let shared = Arc::clone(&shared);
         let shutdown = shutdown.clone();
@@ -102,6 +111,7 @@ pub async fn serve(
         let open = open.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _address_slot = address_slot;
             open.inc();
             let _open = gauge_guard(open);
             match acceptor {
@@ -123,6 +133,38 @@ pub async fn serve(
     let grace = Duration::from_millis(limits::HTTP_SHUTDOWN_GRACE_MS);
     if tokio::time::timeout(grace, slots.acquire_many(all)).await.is_err() {
         log::warn!("connections still open after the shutdown grace period; closing them");
+    }
+}
+
+/// Open connections per client address (IPv6 by /64), with a slot that gives its place back
+/// when the connection ends.
+#[derive(Default)]
+struct PerAddress(std::sync::Mutex<std::collections::HashMap<crate::auth::AddressKey, usize>>);
+
+struct AddressSlot(Arc<PerAddress>, crate::auth::AddressKey);
+
+impl PerAddress {
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<AddressSlot> {
+        let key = crate::auth::AddressKey::of(ip);
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let open = map.entry(key).or_insert(0);
+        if *open >= max {
+            return None;
+        }
+        *open += 1;
+        Some(AddressSlot(Arc::clone(self), key))
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut map = self.0.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(open) = map.get_mut(&self.1) {
+            *open -= 1;
+            if *open == 0 {
+                map.remove(&self.1);
+            }
+        }
     }
 }
 
@@ -212,6 +254,7 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         query: query.clone(),
         headers: parts.headers.clone(),
         body,
+        peer: Some(peer.ip()),
     };
     let method = parts.method.clone();
     let started = std::time::Instant::now();

@@ -94,6 +94,7 @@ impl Broker {
         store: Arc<Store>,
         stats: Arc<BrokerStats>,
         ingest: Arc<Ingest>,
+        throttle: Arc<crate::auth::Throttle>,
     ) -> Result<Broker, String> {
         let scx = ServerContext::new()
             // The busy check refuses CONNECTs when the load average is high: a small gateway
@@ -113,6 +114,7 @@ impl Broker {
             scx: scx.clone(),
             stats: Arc::clone(&stats),
             ingest,
+            throttle,
         });
         let register = scx.extends.hook_mgr().register();
         for typ in [
@@ -237,6 +239,8 @@ struct Hooks {
     scx: ServerContext,
     stats: Arc<BrokerStats>,
     ingest: Arc<Ingest>,
+    /// Failed logins per client address, shared with the API.
+    throttle: Arc<crate::auth::Throttle>,
 }
 
 struct HookHandler(Arc<Hooks>);
@@ -309,10 +313,19 @@ impl Hooks {
             let (Some(_), Some(password)) = (ci.username(), ci.password()) else {
                 return AuthResult::BadUsernameOrPassword;
             };
+            let peer = ci.ipaddress().map(|a| a.ip());
+            let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
+            if let crate::auth::Gate::Locked(_) = self.throttle.gate(peer, now_ms) {
+                log::info!("mqtt: refused {username:?} from {peer:?}: locked out after failed logins");
+                return AuthResult::NotAuthorized;
+            }
             match self.check_password(&username, password).await {
                 Some(p) => p,
                 None => {
-                    log::info!("mqtt: refused {username:?} from {:?}: bad username or password", ci.ipaddress());
+                    log::info!("mqtt: refused {username:?} from {peer:?}: bad username or password");
+                    if self.throttle.failed(peer, now_ms) {
+                        log::warn!("mqtt: failed logins from {peer:?}: address locked out");
+                    }
                     return AuthResult::BadUsernameOrPassword;
                 }
             }

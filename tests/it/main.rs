@@ -1,6 +1,7 @@
 //! Integration tests: the real binary, on a real socket, with its own SQLite file, driven as
 //! clients drive it (HTTP and the CLI). One test crate, one `support` module.
 
+mod abuse;
 mod access;
 mod activities;
 mod alerts;
@@ -8,6 +9,7 @@ mod bad_input;
 mod batch;
 mod ble;
 mod cli;
+mod crash;
 mod files;
 mod http;
 mod list;

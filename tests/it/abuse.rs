@@ -1,0 +1,316 @@
+//! Hostile clients: idle and slow connections by the thousand, oversized and garbage input on
+//! the wire, guessed credentials. Each case checks that other clients are still answered.
+//! Attackers connect from other loopback addresses (127.0.0.2, ...) than the honest client
+//! (127.0.0.1), as they would from other hosts.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// A TCP connection to `to` from the loopback address `from`.
+fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    let from: IpAddr = from.parse().map_err(std::io::Error::other)?;
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(from, 0))?;
+        socket.connect(to).await
+    })?;
+    let stream = rt.block_on(async { stream.into_std() })?;
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// One request on a connection from `from`; the response.
+fn call_from(from: &str, to: SocketAddr, auth: &str, path: &str) -> Resp {
+    let mut stream = connect_from(from, to).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut stream)
+}
+
+/// True when the peer closed the connection (or reset it) within `wait`.
+fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 512];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            // A 408 on the way out is a close too.
+            Ok(_) => continue,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn thousands_of_idle_and_slow_connections_do_not_lock_out_others() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 2\nheader_read_timeout_ms = 10000");
+    let s = Service::start_with(
+        "thousands_of_idle_and_slow_connections_do_not_lock_out_others",
+        Options { config: &config, env: vec![] },
+    );
+    let c = s.admin_client();
+    // 2,000 idle connections from one address: 256 (connections_per_address_max) are held,
+    // the rest are closed at once; the honest client is answered all the while.
+    let mut idle = Vec::new();
+    for _ in 0..2_000 {
+        match connect_from("127.0.0.2", s.addr) {
+            Ok(stream) => idle.push(stream),
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    c.get("/contacts").assert_status(200);
+    // ...before the header read timeout freed any slot: the first idle connections are open.
+    for stream in idle.iter_mut().take(10) {
+        assert!(!closed_within(stream, Duration::from_millis(1)), "an idle connection was closed early");
+    }
+    // The last 100 are over the bound: each is closed as soon as it is accepted.
+    let mut open: Vec<&mut TcpStream> = idle.iter_mut().rev().take(100).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !open.is_empty() && Instant::now() < deadline {
+        open.retain_mut(|stream| !closed_within(stream, Duration::from_millis(20)));
+    }
+    assert!(open.is_empty(), "{} of the last 100 connections over the per-address bound stayed open", open.len());
+    // Slowloris from four more addresses: headers one byte at a time, never finished.
+    let mut slow = Vec::new();
+    for n in 3..=6 {
+        for _ in 0..100 {
+            let mut stream = connect_from(&format!("127.0.0.{n}"), s.addr).expect("connect");
+            stream.write_all(b"GET /contacts HTTP/1.1\r\nHost: x\r\n").unwrap();
+            slow.push(stream);
+        }
+    }
+    let started = Instant::now();
+    let mut answered = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        for stream in slow.iter_mut().step_by(10) {
+            let _ = stream.write_all(b"X");
+        }
+        c.get("/contacts").assert_status(200);
+        answered += 1;
+    }
+    assert!(answered > 0);
+    // The header read timeout (10 s here) closes them all, idle and slow alike.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for stream in slow.iter_mut().chain(idle.iter_mut().take(256)) {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        assert!(closed_within(stream, left), "a slow or idle connection was still open after 60 s");
+    }
+    let metrics = c.get("/metrics").body;
+    let refused: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("sitegate_http_connections_refused_per_address_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no per-address refusal counter in {metrics}"));
+    assert!(refused >= 1_700.0, "{refused}");
+    c.get("/contacts").assert_status(200);
+}
+
+#[test]
+fn garbage_on_the_wire_gets_400_and_a_close_and_others_are_answered() {
+    let s = Service::start("garbage_on_the_wire_gets_400_and_a_close_and_others_are_answered");
+    let c = s.admin_client();
+    let auth = basic(&s.admin.email, &s.admin.token);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("binary", vec![0u8, 0xff, 0xfe, 0x01, b'\r', b'\n', b'\r', b'\n']),
+        ("no version", b"GET /contacts\r\n\r\n".to_vec()),
+        ("bad header line", b"GET /contacts HTTP/1.1\r\nHost x\r\n\r\n".to_vec()),
+        ("bad content-length", b"POST /contacts HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n".to_vec()),
+        (
+            "two content-lengths",
+            b"POST /contacts HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!".to_vec(),
+        ),
+        ("bad chunk", b"POST /contacts HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec()),
+        ("many headers", {
+            let mut r = b"GET /contacts HTTP/1.1\r\n".to_vec();
+            for i in 0..500 {
+                r.extend_from_slice(format!("X-H{i}: v\r\n").as_bytes());
+            }
+            r.extend_from_slice(b"\r\n");
+            r
+        }),
+        ("long request line", format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(100_000)).into_bytes()),
+    ];
+    for (name, bytes) in &cases {
+        let mut stream = TcpStream::connect(s.addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let _ = stream.write_all(bytes);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 400") || text.starts_with("HTTP/1.1 431"),
+            "{name}: {text}"
+        );
+        c.get("/contacts").assert_status(200);
+    }
+    // A good request followed by garbage on one connection: the first is answered, then the
+    // connection is closed.
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut pipelined =
+        format!("GET /contacts HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nAccept: application/json\r\n\r\n")
+            .into_bytes();
+    pipelined.extend_from_slice(b"\x16\x03\x01\x02\x00garbage\r\n\r\n");
+    stream.write_all(&pipelined).unwrap();
+    let first = read_response(&mut stream);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.is_empty() || rest.starts_with("HTTP/1.1 400"), "{rest}");
+    c.get("/contacts").assert_status(200);
+}
+
+#[test]
+fn failed_logins_lock_out_the_address_not_the_others() {
+    let config = BASE_CONFIG.to_string() + "\n[api]\nlogin_failures_max = 5\nlogin_lockout_s = 3\n";
+    let s = Service::start_with(
+        "failed_logins_lock_out_the_address_not_the_others",
+        Options { config: &config, env: vec![] },
+    );
+    let ann = s.add_user("ann@acme.test", "Ann", &[]);
+    let good = basic(&ann.email, &ann.token);
+    let wrong_token = basic(&ann.email, &"0".repeat(64));
+    let unknown_user = basic("nobody@acme.test", &"0".repeat(64));
+    // No credentials at all is not a failure (clients ask without them first).
+    for _ in 0..10 {
+        s.anonymous().get("/contacts").assert_status(401);
+    }
+    call_from("127.0.0.2", s.addr, &good, "/contacts").assert_status(200);
+    // Four guesses are answered 401; the fifth locks the address out.
+    for i in 0..5 {
+        let auth = if i % 2 == 0 { &wrong_token } else { &unknown_user };
+        call_from("127.0.0.2", s.addr, auth, "/contacts").assert_status(401);
+    }
+    let locked = call_from("127.0.0.2", s.addr, &good, "/contacts");
+    assert_eq!(locked.status, 429, "{}", locked.body);
+    assert!(locked.json()["errors"]["toomanyfailedlogins"].is_string(), "{}", locked.body);
+    let retry: u64 = locked.header("Retry-After").expect("Retry-After").parse().unwrap();
+    assert!((1..=3).contains(&retry), "{retry}");
+    // Through a batch too: its nested requests are refused the same way.
+    let batch = "--b\r\nContent-Type: application/http\r\n\r\nGET /contacts HTTP/1.1\r\nAccept: application/json\r\n\r\n\r\n--b--\r\n";
+    let mut stream = connect_from("127.0.0.2", s.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        stream,
+        "POST /batch HTTP/1.1\r\nHost: x\r\nAuthorization: {good}\r\nContent-Type: multipart/mixed; boundary=b\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{batch}",
+        batch.len()
+    )
+    .unwrap();
+    let answer = read_response(&mut stream);
+    assert!(answer.body.contains("429"), "{}", answer.body);
+    assert!(!answer.body.contains("\"item\""), "{}", answer.body);
+    // Other addresses are not affected.
+    s.client(&ann).get("/contacts").assert_status(200);
+    call_from("127.0.0.3", s.addr, &good, "/contacts").assert_status(200);
+    // The lockout ends.
+    wait_for("the lockout to end", || (call_from("127.0.0.2", s.addr, &good, "/contacts").status == 200).then_some(()));
+    let metrics = s.admin_client().get("/metrics").body;
+    assert!(metrics.contains("sitegate_login_failures_total 5"), "{metrics}");
+}
+
+#[test]
+fn failed_mqtt_logins_count_towards_the_same_lockout() {
+    let config = BASE_CONFIG.to_string() + "\n[api]\nlogin_failures_max = 3\nlogin_lockout_s = 600\n";
+    let s = Service::start_with(
+        "failed_mqtt_logins_count_towards_the_same_lockout",
+        Options { config: &config, env: vec![] },
+    );
+    let addr = crate::mqtt::mqtt_addr(&s);
+    let password = crate::mqtt::mqtt_user(&s, "acme", "intercom-1", false);
+    for i in 0..3 {
+        let refused = crate::mqtt::connect(addr, &format!("guess-{i}"), "intercom-1", "wrong").err();
+        assert!(refused.is_some(), "a wrong password was accepted");
+    }
+    // 127.0.0.1 is locked out now: the right password and the right API token are refused.
+    let refused = crate::mqtt::connect(addr, "right", "intercom-1", &password).err();
+    assert!(refused.is_some(), "a locked-out address was let in");
+    s.admin_client().get("/contacts").assert_status(429);
+    // Another address is not.
+    let admin = basic(&s.admin.email, &s.admin.token);
+    call_from("127.0.0.2", s.addr, &admin, "/contacts").assert_status(200);
+}
+
+#[test]
+fn unknown_users_and_wrong_tokens_look_the_same() {
+    let config = BASE_CONFIG.to_string() + "\n[api]\nlogin_failures_max = 100000\n";
+    let s =
+        Service::start_with("unknown_users_and_wrong_tokens_look_the_same", Options { config: &config, env: vec![] });
+    let ann = s.add_user("ann@acme.test", "Ann", &[]);
+    let wrong_token = Client { addr: s.addr, auth: Some(basic(&ann.email, &"0".repeat(64))) };
+    let unknown_user = Client { addr: s.addr, auth: Some(basic("nobody@acme.test", &"0".repeat(64))) };
+    for path in ["/contacts", "/contacts/1", "/hooks", "/locate", "/nosuchpath"] {
+        for json in [false, true] {
+            let req = |c: &Client| {
+                let r = if json { c.get_json(path) } else { c.get(path) };
+                let mut headers: Vec<_> =
+                    r.headers.iter().filter(|(k, _)| !k.eq_ignore_ascii_case("date")).cloned().collect();
+                headers.sort();
+                (r.status, headers, r.body)
+            };
+            let a = req(&wrong_token);
+            let b = req(&unknown_user);
+            assert_eq!(a, b, "{path} json={json}");
+            assert_eq!(a.0, 401);
+        }
+    }
+    // Similar time: medians of alternating requests within a factor of two of each other.
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..200 {
+        for (i, c) in [&wrong_token, &unknown_user].iter().enumerate() {
+            let started = Instant::now();
+            c.get("/contacts").assert_status(401);
+            times[i].push(started.elapsed());
+        }
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64()
+    };
+    let (wrong, unknown) = (median(&mut times[0]), median(&mut times[1]));
+    eprintln!("median time to 401: wrong token {:.0} µs, unknown user {:.0} µs", wrong * 1e6, unknown * 1e6);
+    assert!(wrong / unknown < 2.0 && unknown / wrong < 2.0, "wrong token {wrong} s, unknown user {unknown} s");
+}
+
+#[test]
+fn tokens_never_reach_the_log() {
+    let config = BASE_CONFIG.to_string() + "\n[log]\nlevel = \"trace\"\n";
+    let s = Service::start_with("tokens_never_reach_the_log", Options { config: &config, env: vec![] });
+    let ann = s.add_user("ann@acme.test", "Ann", &[]);
+    let guess = "f00dfeed".repeat(8);
+    let c = s.client(&ann);
+    c.get("/contacts").assert_status(200);
+    c.post_json("/contacts", r#"{"firstname": "Logged"}"#).assert_status(201);
+    Client { addr: s.addr, auth: Some(basic(&ann.email, &guess)) }.get("/contacts").assert_status(401);
+    let addr = crate::mqtt::mqtt_addr(&s);
+    let password = crate::mqtt::mqtt_user(&s, "acme", "intercom-1", false);
+    let _ = crate::mqtt::connect(addr, "log-1", "intercom-1", &password).expect("connect");
+    let _ = crate::mqtt::connect(addr, "log-2", "intercom-1", &guess).err().expect("refused");
+    let admin_token = s.admin.token.clone();
+    // The token and MQTT password as written and as sent (Basic).
+    let secrets = [ann.token.clone(), guess.clone(), password.clone(), basic(&ann.email, &ann.token)];
+    let log = wait_for("the refused MQTT login in the log", || {
+        let log = s.stderr();
+        log.contains("mqtt: refused").then_some(log)
+    });
+    // The first administrator's token is shown once, on the first start, by design; nothing
+    // else is.
+    assert!(log.contains("DEBUG") || log.contains("TRACE"), "the log level did not apply: {log}");
+    assert_eq!(log.matches(&admin_token).count(), 1, "the admin token was logged again");
+    for secret in &secrets {
+        let secret = secret.trim_start_matches("Basic ");
+        assert!(!log.contains(secret), "a secret reached the log:\n{log}");
+    }
+    assert_eq!(s.terminate(), Some(0));
+}
