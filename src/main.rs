@@ -10,6 +10,8 @@ mod api;
 mod auth;
 mod cli;
 mod config;
+#[cfg(test)]
+mod fuzz;
 mod http;
 mod limits;
 mod location;
@@ -32,8 +34,15 @@ use store::{NewUser, StoreError};
 
 /// mimalloc for every Rust allocation: musl's allocator (in the static builds) cost a fifth
 /// of a request's instructions and returned memory to the kernel on each burst (BENCHMARKS.md).
+#[cfg(not(test))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The unit tests run on mimalloc too, through a wrapper that counts each thread's bytes (the
+/// fuzz tests bound what one input may take).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: fuzz::Counting = fuzz::Counting;
 
 /// Exit statuses (sysexits.h names).
 const EX_USAGE: u8 = 64;

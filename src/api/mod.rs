@@ -5,7 +5,7 @@
 
 mod activities;
 mod alerts;
-mod batch;
+pub mod batch;
 pub mod error;
 pub mod input;
 pub mod location;

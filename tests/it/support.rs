@@ -86,8 +86,12 @@ type = "number"
 record_types = ["companies"]
 "#;
 
+/// A fresh directory for one test: under cargo's target tmp dir, or `$SITEGATE_TEST_TMPDIR`
+/// (for long runs that should not share directories with other test runs).
 pub fn test_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("it").join(name);
+    let root = std::env::var_os("SITEGATE_TEST_TMPDIR")
+        .map_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("it"), PathBuf::from);
+    let dir = root.join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create test dir");
     dir
