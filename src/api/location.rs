@@ -150,7 +150,7 @@ fn device_input(body: &Value, base: Option<&Device>, site: &Site) -> Result<Devi
 pub fn devices_list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     admin_only(ctx)?;
     let site = site(ctx).site;
-    let devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
+    let devices = devices_seen_by(ctx)?;
     let items: Vec<Out> = devices.iter().map(|d| device_out(ctx, &site, d)).collect();
     Ok(Reply::ok(Out::map().with("count", Out::Int(items.len() as i64)).with("devices", Out::list("device", items))))
 }
@@ -239,6 +239,24 @@ fn matches_search(d: &StoredDevice, site: &Site, search: &str) -> bool {
     d.device.tagtype.and_then(|t| site.tag_type(t)).is_some_and(|t| t.title.to_lowercase() == needle)
 }
 
+/// The organisation's devices as the caller may see them: a device's contact (its id and
+/// name) only when the caller may see that contact record; else the device is anonymous.
+fn devices_seen_by(ctx: &Ctx<'_>) -> Result<Vec<StoredDevice>, ApiError> {
+    let mut devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
+    if ctx.viewer.admin {
+        return Ok(devices);
+    }
+    let contacts: Vec<i64> = devices.iter().filter_map(|d| d.device.contactid).collect();
+    let visible = ctx.app.store.visible_ids(&ctx.viewer, &contacts)?;
+    for d in &mut devices {
+        if d.device.contactid.is_some_and(|id| !visible.contains(&id)) {
+            d.device.contactid = None;
+            d.contact_name = None;
+        }
+    }
+    Ok(devices)
+}
+
 pub fn locate(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let params = ctx.params();
     let p = Params::new(&params);
@@ -250,7 +268,7 @@ pub fn locate(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let history = minutes(&p, "historyminutes")?;
     let relative = p.nonempty("relativedeviceaddress")?;
     let site = site(ctx).site;
-    let devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
+    let devices = devices_seen_by(ctx)?;
     let now = now_ms();
     let origin = match &relative {
         None => None,
@@ -329,7 +347,7 @@ fn minutes(p: &Params<'_>, key: &str) -> Result<Option<i64>, ApiError> {
 // Device status
 
 pub fn lastseen(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
-    let devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
+    let devices = devices_seen_by(ctx)?;
     let records: Vec<Out> = devices
         .iter()
         .map(|d| {
@@ -346,7 +364,7 @@ pub fn lastseen(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 }
 
 pub fn battery(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
-    let devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
+    let devices = devices_seen_by(ctx)?;
     let records: Vec<Out> = devices
         .iter()
         .map(|d| {
@@ -576,7 +594,7 @@ struct ReportData {
 }
 
 fn report_data(ctx: &Ctx<'_>, q: &TimeQuery) -> Result<ReportData, ApiError> {
-    let devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
+    let devices = devices_seen_by(ctx)?;
     if let Some(a) = &q.deviceaddress
         && !devices.iter().any(|d| &d.device.deviceaddress == a)
     {

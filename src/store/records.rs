@@ -363,6 +363,31 @@ impl Store {
         })
     }
 
+    /// Of the records `ids`, the live ones the viewer may see.
+    pub fn visible_ids(&self, viewer: &Viewer, ids: &[i64]) -> Result<std::collections::HashSet<i64>> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        self.read(|tx| {
+            let mut params: Vec<(&'static str, Value)> = vec![
+                (":ids", Value::Text(super::json_ids(ids))),
+                (":org", Value::Text(viewer.org.clone())),
+            ];
+            if !viewer.admin {
+                params.push((":owners", Value::Text(owner_ids_json(viewer))));
+            }
+            let sql = format!(
+                "SELECT i.id FROM items i WHERE i.id IN (SELECT value FROM json_each(:ids)) AND i.org = :org
+                 AND i.archived IS NULL AND {}",
+                visible(viewer, "i")
+            );
+            let mut stmt = tx.prepare(&sql)?;
+            let refs: Vec<(&str, &dyn rusqlite::ToSql)> = params.iter().map(|(k, v)| (*k, v as &dyn rusqlite::ToSql)).collect();
+            let rows = stmt.query_map(refs.as_slice(), |r| r.get::<_, i64>(0))?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
     pub fn show_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordDetail> {
         let mut detail = self.read(|tx| detail_of(tx, viewer, record_type, id, State::Live))?;
         detail.record.viewed = self.viewed_overlay(id, detail.record.viewed);

@@ -1,6 +1,6 @@
 //! Who sees and changes what: two users, a group, an administrator, two organisations.
 
-use crate::support::{Req, Service};
+use crate::support::{Client, Receiver, Req, Service, wait_for};
 
 #[test]
 fn users_see_their_own_and_their_groups_records() {
@@ -142,4 +142,91 @@ fn users_without_private_data_must_share() {
     let me = s.admin_client().get_json("/ownership").json();
     let pat_entry = me["users"].as_array().unwrap().iter().find(|u| u["email"] == "pat@acme.test").unwrap().clone();
     assert_eq!(pat_entry["preventprivatedata"], 1);
+}
+
+/// Every other path to a record: reports, batch, hooks and their deliveries, the location API.
+#[test]
+fn private_records_stay_private_on_every_path() {
+    let s = Service::start("private_records_stay_private_on_every_path");
+    let ann = s.add_user("ann@acme.test", "Ann Lee", &[]);
+    let bob = s.add_user("bob@acme.test", "Bob Stone", &[]);
+    let (ann_c, bob_c, admin) = (s.client(&ann), s.client(&bob), s.admin_client());
+    let private = ann_c.create("contacts", r#"{"firstname": "Secretname", "lastname": "Private"}"#);
+    let list = ann_c.create_activity("tasklist", &format!(r#"{{"parent": {private}, "data": {{"title": "Hidden plan"}}}}"#));
+    ann_c.create_activity("task", &format!(r#"{{"parent": {list}, "data": {{"title": "Hidden task"}}}}"#));
+    let bobs = bob_c.create("contacts", r#"{"firstname": "Bobs own"}"#);
+    bob_c.create_activity("note", &format!(r#"{{"parent": {bobs}, "data": {{"details": "Bobs note"}}}}"#));
+
+    // Reports list activities of records the caller may see only.
+    for report in ["/report/activities", "/report/nextactions", "/report/calendar"] {
+        let mine = ann_c.get_json(report);
+        let theirs = bob_c.get_json(report);
+        assert_eq!(theirs.status, 200, "{report}: {}", theirs.body);
+        assert!(!theirs.body.contains("Hidden") && !theirs.body.contains("Secretname"), "{report}: {}", theirs.body);
+        if report == "/report/activities" {
+            assert!(mine.body.contains("Hidden plan"), "{report} (the owner sees it): {}", mine.body);
+            assert!(theirs.body.contains("Bobs note"), "{report}: {}", theirs.body);
+        }
+    }
+
+    // A batch runs each nested request as its caller: the same 404s.
+    let batch = format!(
+        "--b\r\nContent-Type: application/http\r\n\r\nGET /contacts/{private} HTTP/1.1\r\nAccept: application/json\r\n\r\n\r\n\
+         --b\r\nContent-Type: application/http\r\n\r\nPUT /contacts/{private} HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json\r\n\r\n{{\"firstname\": \"hacked\"}}\r\n\
+         --b\r\nContent-Type: application/http\r\n\r\nDELETE /contacts/{private} HTTP/1.1\r\nAccept: application/json\r\n\r\n\r\n--b--\r\n"
+    );
+    let r = bob_c.call(Req::new("POST", "/batch").body("multipart/mixed; boundary=b", batch));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body.matches("HTTP/1.1 404").count(), 3, "{}", r.body);
+    assert!(!r.body.contains("Secretname"), "{}", r.body);
+    let v = ann_c.get_json(&format!("/contacts/{private}")).json();
+    assert_eq!(v["item"]["fields"]["firstname"], "Secretname", "{v}");
+
+    // Hooks: another user's hook is not there for Bob, and Bob's hook hears nothing of Ann's
+    // private records.
+    let rx = Receiver::start();
+    let hook = |c: &Client, url: &str| -> i64 {
+        let r = c.post_json(
+            "/hooks",
+            &format!(r#"{{"event": "items.update", "constrainttype": "all", "contenttype": "json", "url": "{url}", "secret": "k"}}"#),
+        );
+        assert_eq!(r.status, 201, "{}", r.body);
+        r.json()["id"].as_i64().unwrap()
+    };
+    let anns_hook = hook(&ann_c, &rx.url("/ann"));
+    hook(&bob_c, &rx.url("/bob"));
+    bob_c.get(&format!("/hooks/{anns_hook}")).assert_status(404);
+    bob_c.put_json(&format!("/hooks/{anns_hook}"), r#"{"url": "http://127.0.0.1:9/stolen"}"#).assert_status(404);
+    bob_c.delete(&format!("/hooks/{anns_hook}")).assert_status(404);
+    bob_c.get(&format!("/hooks/{anns_hook}/deliveries")).assert_status(404);
+    assert!(!bob_c.get_json("/hooks").body.contains("/ann"));
+    ann_c.put_json(&format!("/contacts/{private}"), r#"{"jobtitle": "Secret job"}"#).assert_status(200);
+    bob_c.put_json(&format!("/contacts/{bobs}"), r#"{"jobtitle": "Public job"}"#).assert_status(200);
+    // Deliveries of one hook go out in order: Bob's own change arrives after anything before it.
+    wait_for("Bob's own update at his hook", || rx.accepted().iter().any(|r| r.path == "/bob").then_some(()));
+    wait_for("Ann's update at her hook", || rx.accepted().iter().any(|r| r.path == "/ann").then_some(()));
+    for r in rx.accepted().iter().filter(|r| r.path == "/bob") {
+        assert_eq!(r.json()["objectid"], bobs, "{}", r.text());
+        assert!(!r.text().contains("Secret"), "{}", r.text());
+    }
+
+    // Location: a badge assigned to Ann's private contact is an anonymous badge to Bob.
+    let r = admin.post_json(
+        "/devices",
+        &format!(r#"{{"deviceaddress": "5/1/22", "label": "Badge 22", "beacon": "mac:aa:bb:cc:dd:ee:22", "contactid": {private}}}"#),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    for path in ["/report/lastseen", "/report/battery", &format!("/locate?searchvalue={private}"), "/locate?searchvalue=Secret"]
+    {
+        let mine = ann_c.get_json(path);
+        let theirs = bob_c.get_json(path);
+        assert_eq!(theirs.status, 200, "{path}: {}", theirs.body);
+        assert!(!theirs.body.contains("Secretname"), "{path}: {}", theirs.body);
+        assert!(!theirs.body.contains(&format!("\"contactid\":{private}")), "{path}: {}", theirs.body);
+        if path.starts_with("/report/") {
+            assert!(theirs.body.contains("Badge 22"), "{path}: the badge itself is listed: {}", theirs.body);
+            assert!(mine.body.contains("Secretname"), "{path} (the owner sees the name): {}", mine.body);
+        }
+    }
+    bob_c.get_json(&format!("/contacts/{private}/locations")).assert_status(403);
 }
