@@ -369,10 +369,8 @@ impl Store {
             return Ok(Default::default());
         }
         self.read(|tx| {
-            let mut params: Vec<(&'static str, Value)> = vec![
-                (":ids", Value::Text(super::json_ids(ids))),
-                (":org", Value::Text(viewer.org.clone())),
-            ];
+            let mut params: Vec<(&'static str, Value)> =
+                vec![(":ids", Value::Text(super::json_ids(ids))), (":org", Value::Text(viewer.org.clone()))];
             if !viewer.admin {
                 params.push((":owners", Value::Text(owner_ids_json(viewer))));
             }
@@ -382,7 +380,8 @@ impl Store {
                 visible(viewer, "i")
             );
             let mut stmt = tx.prepare(&sql)?;
-            let refs: Vec<(&str, &dyn rusqlite::ToSql)> = params.iter().map(|(k, v)| (*k, v as &dyn rusqlite::ToSql)).collect();
+            let refs: Vec<(&str, &dyn rusqlite::ToSql)> =
+                params.iter().map(|(k, v)| (*k, v as &dyn rusqlite::ToSql)).collect();
             let rows = stmt.query_map(refs.as_slice(), |r| r.get::<_, i64>(0))?;
             Ok(rows.collect::<rusqlite::Result<_>>()?)
         })

@@ -152,7 +152,8 @@ fn private_records_stay_private_on_every_path() {
     let bob = s.add_user("bob@acme.test", "Bob Stone", &[]);
     let (ann_c, bob_c, admin) = (s.client(&ann), s.client(&bob), s.admin_client());
     let private = ann_c.create("contacts", r#"{"firstname": "Secretname", "lastname": "Private"}"#);
-    let list = ann_c.create_activity("tasklist", &format!(r#"{{"parent": {private}, "data": {{"title": "Hidden plan"}}}}"#));
+    let list =
+        ann_c.create_activity("tasklist", &format!(r#"{{"parent": {private}, "data": {{"title": "Hidden plan"}}}}"#));
     ann_c.create_activity("task", &format!(r#"{{"parent": {list}, "data": {{"title": "Hidden task"}}}}"#));
     let bobs = bob_c.create("contacts", r#"{"firstname": "Bobs own"}"#);
     bob_c.create_activity("note", &format!(r#"{{"parent": {bobs}, "data": {{"details": "Bobs note"}}}}"#));
@@ -216,7 +217,8 @@ fn private_records_stay_private_on_every_path() {
         &format!(r#"{{"deviceaddress": "5/1/22", "label": "Badge 22", "beacon": "mac:aa:bb:cc:dd:ee:22", "contactid": {private}}}"#),
     );
     assert_eq!(r.status, 201, "{}", r.body);
-    for path in ["/report/lastseen", "/report/battery", &format!("/locate?searchvalue={private}"), "/locate?searchvalue=Secret"]
+    for path in
+        ["/report/lastseen", "/report/battery", &format!("/locate?searchvalue={private}"), "/locate?searchvalue=Secret"]
     {
         let mine = ann_c.get_json(path);
         let theirs = bob_c.get_json(path);

@@ -18,5 +18,6 @@ mod mqtt;
 mod ops;
 mod records;
 mod reports;
+mod soak;
 mod support;
 mod webhooks;
