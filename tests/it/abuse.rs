@@ -314,3 +314,46 @@ fn tokens_never_reach_the_log() {
     }
     assert_eq!(s.terminate(), Some(0));
 }
+
+#[test]
+fn garbage_to_the_mqtt_port_is_dropped_and_others_connect() {
+    let s = Service::start("garbage_to_the_mqtt_port_is_dropped_and_others_connect");
+    let addr = crate::mqtt::mqtt_addr(&s);
+    let password = crate::mqtt::mqtt_user(&s, "acme", "intercom-1", false);
+    let mut cases: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        vec![0xff; 64],
+        // CONNECT with a remaining length of 268,435,455 (the largest) and nothing after it.
+        vec![0x10, 0xff, 0xff, 0xff, 0x7f],
+        // A remaining length that never ends.
+        vec![0x10, 0xff, 0xff, 0xff, 0xff, 0xff],
+        // PUBLISH before CONNECT.
+        vec![0x30, 0x05, 0x00, 0x01, b'a', b'x', b'y'],
+        // CONNECT with a bad protocol name.
+        vec![0x10, 0x0c, 0x00, 0x04, b'X', b'Q', b'T', b'T', 0x04, 0x02, 0x00, 0x3c, 0x00, 0x00],
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..50 {
+        let len = (seed % 300) as usize;
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        cases.push(bytes);
+    }
+    for bytes in &cases {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let _ = stream.write_all(bytes);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+    }
+    let m = crate::mqtt::connect(addr, "after-garbage", "intercom-1", &password).expect("a client still connects");
+    let _ = m.client.disconnect();
+    s.admin_client().get("/contacts").assert_status(200);
+}
