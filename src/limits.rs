@@ -80,6 +80,8 @@ pub const INPUT_NODES_MAX: usize = 20_000;
 pub const FIELD_VALUE_BYTES_MAX: usize = 64 * 1024;
 /// Bytes of a short name (category tag, user or group name).
 pub const NAME_BYTES_MAX: usize = 255;
+/// Files in one request body (a file activity takes one).
+pub const UPLOADS_PER_REQUEST_MAX: usize = 8;
 /// Category tags or related items added or removed in one request.
 pub const REFERENCES_PER_REQUEST_MAX: usize = 1_000;
 /// Bytes of a list `searchvalue` or `filtervalue`.

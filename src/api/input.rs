@@ -109,6 +109,15 @@ fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Uploads), 
             let name = field.name().unwrap_or("").to_string();
             match field.file_name().map(str::to_string) {
                 Some(file_name) => {
+                    if uploads.len() == limits::UPLOADS_PER_REQUEST_MAX {
+                        return Err(too_many_files());
+                    }
+                    if file_name.len() > limits::NAME_BYTES_MAX {
+                        return Err(ApiError::invalid_value(
+                            &name,
+                            format!("its file name is longer than {} bytes", limits::NAME_BYTES_MAX),
+                        ));
+                    }
                     let content_type = field
                         .content_type()
                         .map(|m| m.to_string())
@@ -126,6 +135,10 @@ fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Uploads), 
         }
         Ok((parse_form(&form.finish())?, uploads))
     })
+}
+
+fn too_many_files() -> ApiError {
+    ApiError::invalid_request(format!("a request carries at most {} files", limits::UPLOADS_PER_REQUEST_MAX))
 }
 
 /// A stream of one chunk, for multer.
@@ -151,9 +164,15 @@ fn take_form_files(body: &[u8]) -> Result<(Vec<u8>, Uploads), ApiError> {
         if FILE_KEYS.contains(&key.as_str()) {
             let plus_as_space: Vec<u8> = raw_value.iter().map(|b| if *b == b'+' { b' ' } else { *b }).collect();
             let bytes: Vec<u8> = percent_encoding::percent_decode(&plus_as_space).collect();
+            if contents.len() == limits::UPLOADS_PER_REQUEST_MAX {
+                return Err(too_many_files());
+            }
             contents.push((key, bytes));
         } else if FILE_NAME_KEYS.contains(&key.as_str()) {
             let value = form_urlencoded::parse(pair).next().map(|(_, v)| v.into_owned()).unwrap_or_default();
+            if value.len() > limits::NAME_BYTES_MAX {
+                return Err(ApiError::invalid_value(&key, format!("is longer than {} bytes", limits::NAME_BYTES_MAX)));
+            }
             name = Some(value);
         } else {
             if !rest.is_empty() {
