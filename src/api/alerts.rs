@@ -44,7 +44,8 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .as_str(),
         ),
     };
-    let alerts = ctx.app.store.alerts(&ctx.viewer.org, all, limits::ALERT_LIST_MAX)?;
+    let mut alerts = ctx.app.store.alerts(&ctx.viewer.org, all, limits::ALERT_LIST_MAX)?;
+    hide_invisible_contacts(ctx, &mut alerts)?;
     let records: Vec<Out> = alerts
         .iter()
         .filter(|a| kind.is_none_or(|k| a.kind == k))
@@ -57,5 +58,24 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 /// Acknowledges an alert; acknowledging it again keeps the first acknowledgement.
 pub fn ack(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     let a = ctx.app.store.ack_alert(&ctx.viewer.org, id, ctx.viewer.user_id, now_ms())?;
+    let mut one = [a];
+    hide_invisible_contacts(ctx, &mut one)?;
+    let [a] = one;
     Ok(Reply::ok(Out::map().with("alert", alert_out(&ctx.app.config.site.timezone, &a))))
+}
+
+/// An alert names its device's contact only to callers who may see that contact record.
+fn hide_invisible_contacts(ctx: &Ctx<'_>, alerts: &mut [StoredAlert]) -> Result<(), ApiError> {
+    if ctx.viewer.admin {
+        return Ok(());
+    }
+    let contacts: Vec<i64> = alerts.iter().filter_map(|a| a.contact_id).collect();
+    let visible = ctx.app.store.visible_ids(&ctx.viewer, &contacts)?;
+    for a in alerts.iter_mut() {
+        if a.contact_id.is_some_and(|id| !visible.contains(&id)) {
+            a.contact_id = None;
+            a.contact_name = None;
+        }
+    }
+    Ok(())
 }

@@ -124,6 +124,13 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     let g = Account { email: "g@globex.test".into(), token: String::from_utf8(out.stdout).unwrap().trim().into() };
     assert_eq!(s.client(&g).get_json("/alerts?all=1").json()["alerts"]["count"], 0);
     s.client(&g).post_json(&format!("/alerts/{alarm_id}/ack"), "{}").assert_status(404);
+    // A user of the organisation who may not see Ann's contact record sees the alerts without
+    // her name.
+    let bob = s.add_user("bob@acme.test", "Bob", &[]);
+    let theirs = s.client(&bob).get_json("/alerts?all=1");
+    assert_eq!(theirs.json()["alerts"]["count"], 3, "{}", theirs.body);
+    assert!(!theirs.body.contains("Ann") && !theirs.body.contains(&format!("\"contactid\":{ann}")), "{}", theirs.body);
+    assert!(c.get_json("/alerts?all=1").body.contains("Ann Lee"));
 
     // The webhooks: two alerts.create (Warn, Alarm; not Monitor), then the ticket's
     // items.create, in order.
