@@ -304,6 +304,23 @@ pub const MQTT_INGEST_ADVERTS_PER_MESSAGE_MAX: usize = 1_000;
 /// receiver_silent_s`).
 pub const LOCATION_RECEIVER_SILENT_S_DEFAULT: u64 = 300;
 
+// --- Status page -------------------------------------------------------------------------
+
+/// Open alerts the status page shows at most (newest first).
+pub const STATUS_ALERTS_MAX: u32 = 200;
+/// A battery below this many millivolts is marked low on the status page.
+pub const STATUS_BATTERY_LOW_MV: i64 = 2_500;
+/// Status pages open at once (each holds one event stream, not a worker); beyond, 503.
+pub const STATUS_STREAMS_MAX: usize = 32;
+/// How often an event stream looks for a change in the database...
+pub const STATUS_EVENTS_CHECK_MS: u64 = 500;
+/// ...and sends the snapshot again when it changed anyway (health, uptime, receivers).
+pub const STATUS_EVENTS_REFRESH_MS: u64 = 5_000;
+/// A comment line keeps a quiet stream (and proxies in front of it) alive.
+pub const STATUS_EVENTS_KEEPALIVE_MS: u64 = 15_000;
+/// Snapshots waiting to be written to one stream (a slow client holds up only itself).
+pub const STATUS_EVENTS_QUEUE_MAX: usize = 2;
+
 // --- Alerts ------------------------------------------------------------------------------
 
 /// `[[alert_rules]]` entries.

@@ -133,8 +133,13 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         Pool::start(Arc::clone(&app), config.http.workers, config.http.queue_depth_max)
             .map_err(|e| ServeError::Io(format!("cannot start workers: {e}")))?,
     );
-    let shared =
-        Arc::new(http::Shared::new(&config.http, Arc::clone(&pool), Arc::clone(&metrics), app.quota.allowed()));
+    let shared = Arc::new(http::Shared::new(
+        &config.http,
+        Arc::clone(&pool),
+        Arc::clone(&app),
+        Arc::clone(&metrics),
+        app.quota.allowed(),
+    ));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut servers = Vec::new();
     {

@@ -45,7 +45,7 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
         ),
     };
     let mut alerts = ctx.app.store.alerts(&ctx.viewer.org, all, limits::ALERT_LIST_MAX)?;
-    hide_invisible_contacts(ctx, &mut alerts)?;
+    hide_invisible_contacts(ctx.app, &ctx.viewer, &mut alerts)?;
     let records: Vec<Out> = alerts
         .iter()
         .filter(|a| kind.is_none_or(|k| a.kind == k))
@@ -59,18 +59,22 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 pub fn ack(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     let a = ctx.app.store.ack_alert(&ctx.viewer.org, id, ctx.viewer.user_id, now_ms())?;
     let mut one = [a];
-    hide_invisible_contacts(ctx, &mut one)?;
+    hide_invisible_contacts(ctx.app, &ctx.viewer, &mut one)?;
     let [a] = one;
     Ok(Reply::ok(Out::map().with("alert", alert_out(&ctx.app.config.site.timezone, &a))))
 }
 
 /// An alert names its device's contact only to callers who may see that contact record.
-fn hide_invisible_contacts(ctx: &Ctx<'_>, alerts: &mut [StoredAlert]) -> Result<(), ApiError> {
-    if ctx.viewer.admin {
+pub fn hide_invisible_contacts(
+    app: &super::App,
+    viewer: &crate::model::Viewer,
+    alerts: &mut [StoredAlert],
+) -> Result<(), ApiError> {
+    if viewer.admin {
         return Ok(());
     }
     let contacts: Vec<i64> = alerts.iter().filter_map(|a| a.contact_id).collect();
-    let visible = ctx.app.store.visible_ids(&ctx.viewer, &contacts)?;
+    let visible = app.store.visible_ids(viewer, &contacts)?;
     for a in alerts.iter_mut() {
         if a.contact_id.is_some_and(|id| !visible.contains(&id)) {
             a.contact_id = None;

@@ -46,7 +46,7 @@ fn zone_name(site: &Site, zone_id: i64) -> String {
 }
 
 /// Battery as the interface writes it: volts with two decimals, or `None`.
-fn battery_text(mv: Option<i64>) -> String {
+pub fn battery_text(mv: Option<i64>) -> String {
     match mv {
         Some(mv) => format!("{:.2}", mv as f64 / 1000.0),
         None => "None".into(),
@@ -242,12 +242,17 @@ fn matches_search(d: &StoredDevice, site: &Site, search: &str) -> bool {
 /// The organisation's devices as the caller may see them: a device's contact (its id and
 /// name) only when the caller may see that contact record; else the device is anonymous.
 fn devices_seen_by(ctx: &Ctx<'_>) -> Result<Vec<StoredDevice>, ApiError> {
-    let mut devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
-    if ctx.viewer.admin {
+    visible_devices(ctx.app, &ctx.viewer)
+}
+
+/// [`devices_seen_by`] for callers outside a request (the status page's events).
+pub fn visible_devices(app: &super::App, viewer: &crate::model::Viewer) -> Result<Vec<StoredDevice>, ApiError> {
+    let mut devices = app.store.devices(Some(&viewer.org))?;
+    if viewer.admin {
         return Ok(devices);
     }
     let contacts: Vec<i64> = devices.iter().filter_map(|d| d.device.contactid).collect();
-    let visible = ctx.app.store.visible_ids(&ctx.viewer, &contacts)?;
+    let visible = app.store.visible_ids(viewer, &contacts)?;
     for d in &mut devices {
         if d.device.contactid.is_some_and(|id| !visible.contains(&id)) {
             d.device.contactid = None;

@@ -12,6 +12,7 @@ pub mod location;
 pub mod output;
 mod records;
 mod reports;
+pub mod status;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -156,6 +157,8 @@ pub struct Download {
 enum Answer {
     Doc(Reply),
     File(Download),
+    /// A page or asset of the status page: content type and body (embedded).
+    Page(&'static str, &'static str),
 }
 
 /// What a handler gets: who asks, and the request's parameters.
@@ -236,6 +239,42 @@ impl App {
         }
     }
 
+    /// The answer to a request whose credentials were not accepted.
+    fn denied(&self, format: &Format, denied: Denied) -> Response {
+        let quota = format!("0/{}", self.quota.allowed());
+        match denied {
+            Denied::Refused => {
+                let mut resp = render_error(format, ApiError::unauthorized(), quota);
+                resp.headers.push(("WWW-Authenticate", format!("Basic realm=\"{REALM}\", charset=\"UTF-8\"")));
+                resp
+            }
+            Denied::Locked(ms) => render_error(format, ApiError::login_locked(ms.div_ceil(1000)), quota),
+            Denied::Store(e) => render_error(format, e.into(), quota),
+        }
+    }
+
+    /// One event of the status page's stream (`http::events`): the snapshot for the
+    /// request's caller as JSON, checked against the credentials each time; or the answer
+    /// that refuses it.
+    pub fn status_event(&self, req: &Request) -> Result<String, Response> {
+        let format = Format::Json;
+        let viewer = self.authenticate(req).map_err(|denied| self.denied(&format, denied))?;
+        match status::snapshot(self, &viewer) {
+            Ok(doc) => Ok(output::to_json(&members(doc))),
+            Err(e) => Err(render_error(&format, e, format!("0/{}", self.quota.allowed()))),
+        }
+    }
+
+    /// The answer to a method a path does not take, for the HTTP layer's own paths.
+    pub fn method_not_allowed(&self, headers: &HeaderMap, allow: &[&str]) -> Response {
+        early_error(headers, "", ApiError::method_not_allowed(allow), self.quota.allowed())
+    }
+
+    /// The answer for a status stream the service has no room for.
+    pub fn busy(&self, headers: &HeaderMap) -> Response {
+        early_error(headers, "", ApiError::busy(), self.quota.allowed())
+    }
+
     pub fn new(config: Config, store: Arc<Store>, metrics: Arc<Metrics>) -> Result<App, crate::store::StoreError> {
         let now = now_secs();
         let hour = crate::quota::hour_of(now);
@@ -274,6 +313,16 @@ impl App {
         let format = Format::negotiate(&req.headers, query.as_ref().unwrap_or(&empty));
         let allowed = self.quota.allowed();
 
+        // A browser that holds credentials for the gateway sends them with requests other
+        // sites make it send: a change from another origin is refused.
+        if !matches!(req.method, Method::GET | Method::HEAD | Method::OPTIONS) && cross_origin(&req.headers) {
+            return render_error(
+                &format,
+                ApiError::forbidden("a change requested by a page of another origin is refused"),
+                format!("0/{allowed}"),
+            );
+        }
+
         // Unauthenticated paths for monitoring.
         match segments(&req.path).as_slice() {
             ["health"] => return self.health(&req.method, &format),
@@ -285,17 +334,7 @@ impl App {
 
         let viewer = match self.authenticate(req) {
             Ok(v) => v,
-            Err(Denied::Refused) => {
-                let mut resp = render_error(&format, ApiError::unauthorized(), format!("0/{allowed}"));
-                resp.headers.push(("WWW-Authenticate", format!("Basic realm=\"{REALM}\", charset=\"UTF-8\"")));
-                return resp;
-            }
-            Err(Denied::Locked(ms)) => {
-                return render_error(&format, ApiError::login_locked(ms.div_ceil(1000)), format!("0/{allowed}"));
-            }
-            Err(Denied::Store(e)) => {
-                return render_error(&format, e.into(), format!("0/{allowed}"));
-            }
+            Err(denied) => return self.denied(&format, denied),
         };
         let now = now_secs();
         let used = match self.quota.take(viewer.user_id, now) {
@@ -317,6 +356,7 @@ impl App {
         match result {
             Ok(Answer::Doc(reply)) => render_reply(&format, reply, quota_value),
             Ok(Answer::File(file)) => render_download(file, quota_value),
+            Ok(Answer::Page(content_type, body)) => render_page(content_type, body, quota_value),
             Err(err) => render_error(&format, err, quota_value),
         }
     }
@@ -495,6 +535,27 @@ impl App {
     }
 }
 
+/// True when a browser says the request comes from a page of another origin: an `Origin`
+/// whose host and port differ from `Host` (or the opaque `null`), or `Sec-Fetch-Site:
+/// cross-site`. Clients other than browsers send neither.
+fn cross_origin(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if text("sec-fetch-site").is_some_and(|v| v.eq_ignore_ascii_case("cross-site")) {
+        return true;
+    }
+    let Some(origin) = headers.get(http::header::ORIGIN) else { return false };
+    let Ok(origin) = origin.to_str() else { return true };
+    let Some((scheme, authority)) = origin.trim().split_once("://") else { return true };
+    let host = text("host").unwrap_or("");
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => ":80",
+        "https" => ":443",
+        _ => return true,
+    };
+    let strip = |a: &str| a.strip_suffix(default_port).unwrap_or(a).to_ascii_lowercase();
+    strip(authority.trim_end_matches('/')) != strip(host)
+}
+
 /// Path segments without empty ones: `/contacts/131/` and `/contacts/131` are the same.
 fn segments(path: &str) -> Vec<&str> {
     path.split('/').filter(|s| !s.is_empty()).collect()
@@ -509,6 +570,18 @@ fn is_id(s: &str) -> bool {
 }
 
 fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Answer, ApiError> {
+    let page = match segments(path).as_slice() {
+        [] => Some(("text/html; charset=utf-8", status::PAGE_HTML)),
+        ["status", "page.js"] => Some(("text/javascript; charset=utf-8", status::PAGE_JS)),
+        ["status", "page.css"] => Some(("text/css; charset=utf-8", status::PAGE_CSS)),
+        _ => None,
+    };
+    if let Some((content_type, body)) = page {
+        return match *method {
+            Method::GET => Ok(Answer::Page(content_type, body)),
+            _ => Err(ApiError::method_not_allowed(&["GET"])),
+        };
+    }
     if let [segment, activity, id, "file"] = segments(path).as_slice()
         && let (Some(_), Some(kind), true) =
             (RecordType::from_segment(segment), ActivityType::from_segment(activity), is_id(id))
@@ -529,6 +602,10 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiErr
         // Fault injection for the tests of panic isolation; off unless the service was started
         // with SITEGATE_FAULT_INJECTION=1.
         ["_fault", "panic"] if ctx.app.fault_injection => panic!("fault injection: a handler panics"),
+        ["status", "snapshot"] => match *method {
+            Method::GET => status::show(ctx),
+            _ => allow(&["GET"]),
+        },
         ["ownership"] => match *method {
             Method::GET => records::ownership(ctx),
             _ => allow(&["GET"]),
@@ -707,6 +784,26 @@ pub fn render_reply(format: &Format, reply: Reply, quota_value: String) -> Respo
         headers.push(("Location", location));
     }
     Response { status: reply.status, headers, body }
+}
+
+/// The status page and its assets: never framed, no other origin's scripts, not cached.
+fn render_page(content_type: &'static str, body: &'static str, quota_value: String) -> Response {
+    Response {
+        status: 200,
+        headers: vec![
+            ("Content-Type", content_type.to_string()),
+            ("Cache-Control", "no-cache".into()),
+            ("X-Content-Type-Options", "nosniff".into()),
+            ("X-Frame-Options", "DENY".into()),
+            (
+                "Content-Security-Policy",
+                "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'".into(),
+            ),
+            ("Referrer-Policy", "no-referrer".into()),
+            (QUOTA_HEADER, quota_value),
+        ],
+        body: body.as_bytes().to_vec(),
+    }
 }
 
 fn render_download(file: Download, quota_value: String) -> Response {

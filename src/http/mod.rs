@@ -8,6 +8,7 @@
 //! Shutdown: stop accepting, let each connection finish the request in flight (graceful
 //! close), wait for the connections up to a grace period.
 
+pub mod events;
 pub mod pool;
 pub mod tls;
 
@@ -31,9 +32,15 @@ use crate::config::HttpConfig;
 use crate::limits;
 use pool::{Pool, Refused};
 
+/// A response's body: complete (every API answer), or the status page's event stream.
+pub type ResponseBody = http_body_util::Either<Full<Bytes>, events::EventBody>;
+
 /// What every connection of a listener shares.
 pub struct Shared {
     pub pool: Arc<Pool>,
+    /// For the paths served here rather than by a worker (the status page's events).
+    pub app: Arc<api::App>,
+    pub streams: events::Streams,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub body_bytes_max: usize,
     pub upload_bytes_max: usize,
@@ -48,11 +55,14 @@ impl Shared {
     pub fn new(
         config: &HttpConfig,
         pool: Arc<Pool>,
+        app: Arc<api::App>,
         metrics: Arc<crate::metrics::Metrics>,
         quota_allowed: u32,
     ) -> Shared {
         Shared {
             pool,
+            app,
+            streams: events::Streams::default(),
             metrics,
             body_bytes_max: config.body_bytes_max,
             upload_bytes_max: config.upload_bytes_max,
@@ -173,9 +183,11 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc_shared = Arc::clone(&shared);
+    let svc_shutdown = shutdown.clone();
     let service = service_fn(move |req| {
         let shared = Arc::clone(&svc_shared);
-        async move { Ok::<_, Infallible>(respond(req, peer, &shared).await) }
+        let shutdown = svc_shutdown.clone();
+        async move { Ok::<_, Infallible>(respond(req, peer, &shared, shutdown).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -202,7 +214,12 @@ where
     }
 }
 
-async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Shared) -> hyper::Response<Full<Bytes>> {
+async fn respond(
+    req: hyper::Request<Incoming>,
+    peer: SocketAddr,
+    shared: &Shared,
+    shutdown: watch::Receiver<bool>,
+) -> hyper::Response<ResponseBody> {
     shared.metrics.requests_in_flight.inc();
     let _in_flight = gauge_guard(shared.metrics.requests_in_flight.clone());
     let (parts, body) = req.into_parts();
@@ -247,6 +264,20 @@ async fn respond(req: hyper::Request<Incoming>, peer: SocketAddr, shared: &Share
         }
         Err(_) => return early(ApiError::request_timeout(), true),
     };
+
+    if events::is_events_path(parts.uri.path()) {
+        let request = api::Request {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_string(),
+            query: query.clone(),
+            headers: parts.headers.clone(),
+            body: Bytes::new(),
+            peer: Some(peer.ip()),
+        };
+        let response = events::respond(request, shared, shutdown).await;
+        log::debug!("{peer} {} {} -> {} (event stream)", parts.method, parts.uri.path(), response.status());
+        return response;
+    }
 
     let request = api::Request {
         method: parts.method.clone(),
@@ -330,14 +361,14 @@ async fn read_body(mut body: Incoming, max: usize) -> BodyRead {
     if seen > max { BodyRead::TooLarge } else { BodyRead::Complete(buf.freeze()) }
 }
 
-fn to_hyper(resp: api::Response) -> hyper::Response<Full<Bytes>> {
+fn to_hyper(resp: api::Response) -> hyper::Response<ResponseBody> {
     let mut builder = hyper::Response::builder().status(resp.status);
     for (name, value) in &resp.headers {
         builder = builder.header(*name, value.as_str());
     }
-    builder.body(Full::new(Bytes::from(resp.body))).unwrap_or_else(|e| {
+    builder.body(http_body_util::Either::Left(Full::new(Bytes::from(resp.body)))).unwrap_or_else(|e| {
         log::error!("cannot build a response: {e}");
-        let mut r = hyper::Response::new(Full::new(Bytes::new()));
+        let mut r = hyper::Response::new(http_body_util::Either::Left(Full::new(Bytes::new())));
         *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         r
     })

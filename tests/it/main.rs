@@ -19,5 +19,6 @@ mod ops;
 mod records;
 mod reports;
 mod soak;
+mod status;
 mod support;
 mod webhooks;

@@ -79,7 +79,7 @@ fn api_load(c: Client, worker: usize, stop: Arc<AtomicBool>, counts: Arc<Counts>
         let note = format!(r#"{{"parent": {id}, "data": {{"details": "n{n}"}}}}"#);
         expect(&c.try_call(Req::new("POST", "/contacts/note").json().json_body(&note)), 201);
         expect(&c.try_call(Req::new("GET", "/contacts?limit=50&searchvalue=Soak").json()), 200);
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             let batch = format!(
                 "--b\r\nContent-Type: application/http\r\n\r\nGET /contacts/{id} HTTP/1.1\r\nAccept: application/json\r\n\r\n\r\n\
                  --b\r\nContent-Type: application/http\r\n\r\nGET /locate HTTP/1.1\r\nAccept: application/json\r\n\r\n\r\n--b--\r\n"
@@ -89,7 +89,7 @@ fn api_load(c: Client, worker: usize, stop: Arc<AtomicBool>, counts: Arc<Counts>
             expect(&c.try_call(Req::new("GET", "/report/lastseen").json()), 200);
         }
         // Most records go again, so the database grows slowly, as on a real site.
-        if n % 4 != 0 {
+        if !n.is_multiple_of(4) {
             expect(&c.try_call(Req::new("DELETE", &format!("/contacts/{id}"))), 200);
         }
     }
@@ -101,7 +101,7 @@ fn advert_load(s_addr: std::net::SocketAddr, password: String, stop: Arc<AtomicB
     let scanner = connect(s_addr, "soak-scanner", "scanner", &password).expect("scanner connects");
     let started = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let flip = (started.elapsed().as_secs() / 20) % 2 == 0;
+        let flip = (started.elapsed().as_secs() / 20).is_multiple_of(2);
         for (receiver, strong) in [("rx-a", flip), ("rx-b", !flip)] {
             let lines: String = (0..BADGES)
                 .map(|b| {

@@ -1,0 +1,214 @@
+//! The operator status page over HTTP: the embedded page behind Basic auth, its snapshot,
+//! the server-sent events that keep it live (without holding a worker), and the refusal of
+//! changes requested by pages of other origins. `browser.rs` drives it in Chromium.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// An open event stream, read as raw bytes.
+pub struct Events {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    pub head: String,
+}
+
+impl Events {
+    pub fn open(addr: std::net::SocketAddr, auth: &str) -> Events {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        write!(
+            stream,
+            "GET /status/events HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        let mut events = Events { stream, buf: Vec::new(), head: String::new() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !events.buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            assert!(Instant::now() < deadline, "no response head");
+            events.fill();
+        }
+        let end = events.buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        events.head = String::from_utf8_lossy(&events.buf[..end]).into_owned();
+        events.buf.drain(..end);
+        events
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 65536];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// The next snapshot that satisfies `want`, within 30 s.
+    pub fn next_where(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let marker = b"event: snapshot\ndata: ";
+            if let Some(start) = self.buf.windows(marker.len()).position(|w| w == marker) {
+                let from = start + marker.len();
+                if let Some(len) = self.buf[from..].windows(2).position(|w| w == b"\n\n") {
+                    let json: Value = serde_json::from_slice(&self.buf[from..from + len]).expect("a JSON snapshot");
+                    self.buf.drain(..from + len + 2);
+                    if want(&json) {
+                        return json;
+                    }
+                    continue;
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for a snapshot with {what}");
+            if !self.fill() {
+                panic!("the stream ended while waiting for {what}");
+            }
+        }
+    }
+
+    /// True when the server ended the stream (its last chunk, or a closed connection)
+    /// within `wait`.
+    pub fn closed_within(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if !self.fill() || self.buf.windows(7).any(|w| w == b"\r\n0\r\n\r\n") || self.buf.starts_with(b"0\r\n\r\n")
+            {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[test]
+fn the_page_is_embedded_small_and_behind_basic_auth() {
+    let s = Service::start("the_page_is_embedded_small_and_behind_basic_auth");
+    let r = s.anonymous().get("/");
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("WWW-Authenticate"), Some("Basic realm=\"sitegate\", charset=\"UTF-8\""));
+    let c = s.admin_client();
+    let outside =
+        regex::Regex::new(r#"(?i)(src|href)\s*=\s*["']?(https?:)?//|url\(\s*["']?(https?:)?//|@import"#).unwrap();
+    let mut total = 0;
+    for (path, kind) in [("/", "text/html"), ("/status/page.js", "text/javascript"), ("/status/page.css", "text/css")] {
+        let r = c.get(path);
+        assert_eq!(r.status, 200, "{path}");
+        assert!(r.header("Content-Type").unwrap().starts_with(kind), "{path}: {:?}", r.header("Content-Type"));
+        assert!(r.header("Content-Security-Policy").unwrap().contains("default-src 'self'"), "{path}");
+        assert_eq!(r.header("X-Frame-Options"), Some("DENY"));
+        // Nothing is fetched from elsewhere: no absolute URLs in src/href/url().
+        assert!(!outside.is_match(&r.body), "{path} refers to another site");
+        total += r.body.len();
+        s.anonymous().get(path).assert_status(401);
+    }
+    assert!(total < 150 * 1024, "the page weighs {total} bytes");
+    eprintln!("status page: {total} bytes (html, js, css)");
+    c.call(Req::new("POST", "/")).assert_status(405);
+}
+
+#[test]
+fn events_stream_snapshots_without_holding_a_worker() {
+    let config = crate::mqtt::site_config("").replace("workers = 2", "workers = 1");
+    let s = Service::start_with(
+        "events_stream_snapshots_without_holding_a_worker",
+        Options { config: &config, env: vec![] },
+    );
+    let c = s.admin_client();
+    let auth = basic(&s.admin.email, &s.admin.token);
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let mut first = Events::open(s.addr, &auth);
+    assert!(first.head.starts_with("HTTP/1.1 200"), "{}", first.head);
+    assert!(first.head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{}", first.head);
+    let snap = first.next_where("the site map", |v| v["floors"].as_array().is_some_and(|f| !f.is_empty()));
+    let zones: Vec<&str> =
+        snap["floors"][0]["zones"].as_array().unwrap().iter().map(|z| z["name"].as_str().unwrap()).collect();
+    assert_eq!(zones, ["Kitchen", "Office"], "{snap}");
+    assert_eq!(snap["health"]["version"], env!("CARGO_PKG_VERSION"));
+    // More open pages than workers, and the API still answers.
+    let mut others: Vec<Events> = (0..4).map(|_| Events::open(s.addr, &auth)).collect();
+    for e in &mut others {
+        e.next_where("a first snapshot", |_| true);
+    }
+    c.get("/contacts").assert_status(200);
+    // A change shows up on every open page.
+    crate::mqtt::add_badge(&c, &format!(r#", "label": "Badge 22", "contactid": {ann}"#));
+    let snap = first.next_where("the new badge", |v| v["devices"].as_array().is_some_and(|d| !d.is_empty()));
+    assert_eq!(snap["devices"][0]["label"], "Badge 22", "{snap}");
+    assert_eq!(snap["devices"][0]["contactname"], "Ann Lee", "{snap}");
+    for e in &mut others {
+        e.next_where("the new badge", |v| v["devices"].as_array().is_some_and(|d| !d.is_empty()));
+    }
+    // The same snapshot as a document.
+    let doc = c.get_json("/status/snapshot").json();
+    assert_eq!(doc["devices"][0]["deviceaddress"], "5/1/22", "{doc}");
+    // Without credentials: 401, no stream.
+    let refused = Events::open(s.addr, "Basic bm9ib2R5Om5vdGhpbmc=");
+    assert!(refused.head.starts_with("HTTP/1.1 401"), "{}", refused.head);
+    // A user who may not see Ann's contact sees the badge without her name.
+    let bob = s.add_user("bob@acme.test", "Bob", &[]);
+    let mut bobs = Events::open(s.addr, &basic(&bob.email, &bob.token));
+    let snap = bobs.next_where("the badge", |v| v["devices"].as_array().is_some_and(|d| !d.is_empty()));
+    assert_eq!(snap["devices"][0]["contactname"], "", "{snap}");
+    // Disabling the user ends the user's stream.
+    assert!(s.cli(&["user", "disable", "--email", "bob@acme.test"]).status.success());
+    assert!(bobs.closed_within(Duration::from_secs(30)), "the stream of a disabled user stayed open");
+    // Shutdown ends the open streams and the service stops.
+    assert_eq!(s.terminate(), Some(0));
+    assert!(first.closed_within(Duration::from_secs(5)));
+}
+
+#[test]
+fn open_pages_are_bounded() {
+    let s = Service::start("open_pages_are_bounded");
+    let auth = basic(&s.admin.email, &s.admin.token);
+    let open: Vec<Events> = (0..32).map(|_| Events::open(s.addr, &auth)).collect();
+    assert!(open.iter().all(|e| e.head.starts_with("HTTP/1.1 200")));
+    let over = Events::open(s.addr, &auth);
+    assert!(over.head.starts_with("HTTP/1.1 503"), "{}", over.head);
+    drop(open);
+    wait_for("a stream slot to come back", || {
+        Events::open(s.addr, &auth).head.starts_with("HTTP/1.1 200").then_some(())
+    });
+}
+
+#[test]
+fn changes_from_pages_of_other_origins_are_refused() {
+    let s = Service::start("changes_from_pages_of_other_origins_are_refused");
+    let c = s.admin_client();
+    let host = s.addr.to_string();
+    let create = |headers: &[(&str, &str)]| {
+        let mut req = Req::new("POST", "/contacts").json().json_body(r#"{"firstname": "Forged"}"#);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        c.call(req)
+    };
+    for headers in [
+        vec![("Origin", "http://evil.example")],
+        vec![("Origin", "null")],
+        vec![("Origin", "http://127.0.0.1:1")],
+        vec![("Sec-Fetch-Site", "cross-site")],
+    ] {
+        let r = create(&headers);
+        assert_eq!(r.status, 403, "{headers:?}: {}", r.body);
+        assert!(r.json()["errors"]["accessdenied"].is_string(), "{}", r.body);
+    }
+    let batch = "--b\r\nContent-Type: application/http\r\n\r\nPOST /contacts HTTP/1.1\r\nContent-Type: application/json\r\n\r\n{\"firstname\": \"Forged\"}\r\n--b--\r\n";
+    let r = c.call(
+        Req::new("POST", "/batch").header("Origin", "http://evil.example").body("multipart/mixed; boundary=b", batch),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(c.list_ids("/contacts").is_empty(), "a forged request changed something");
+    // The page's own origin, and clients that send no Origin, may change things; reading is
+    // not refused either way.
+    create(&[("Origin", &format!("http://{host}")), ("Sec-Fetch-Site", "same-origin")]).assert_status(201);
+    create(&[]).assert_status(201);
+    c.call(Req::new("GET", "/contacts").header("Origin", "http://evil.example")).assert_status(200);
+}
