@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::mqtt::{add_badge, badge_advert, connect, mqtt_addr, mqtt_user, site_config};
 use crate::support::*;
 
-fn config() -> String {
+pub fn config() -> String {
     let config =
         site_config("").replace("title = \"Staff badge\"", "title = \"Staff badge\"\nalarm = \"mfg:0059:0:01\"");
     format!(
@@ -38,7 +38,7 @@ tag_types = [1]
 }
 
 /// The badge's advert with its panic button pressed or not.
-fn advert(panic: bool) -> String {
+pub fn advert(panic: bool) -> String {
     badge_advert(-60, None, if panic { r#","0059":"01""# } else { r#","0059":"00""# })
 }
 

@@ -8,6 +8,7 @@ mod alerts;
 mod bad_input;
 mod batch;
 mod ble;
+mod browser;
 mod cli;
 mod crash;
 mod files;

@@ -111,18 +111,22 @@
       if (!f.zones.length) continue;
       const title = (f.building ? f.building + ' · ' : '') + f.label;
       const people = f.zones.reduce((n, z) => n + z.people.length, 0);
-      const plan = svg('svg', { viewBox: '0 0 100 70', role: 'img', 'aria-label': 'Plan of ' + title + ': ' + f.zones.length + ' zones, ' + people + ' people' });
+      // As tall as the floor's zones need (a row of zones makes a short plan).
+      const Y = (v) => 11 + v * 56;
+      const lowest = Math.max(0, ...f.zones.map((z) => z.y), ...f.receivers.map((r) => r.y));
+      const height = Math.min(82, Y(lowest) + 18);
+      const plan = svg('svg', { viewBox: '0 0 100 ' + height.toFixed(1), role: 'img', 'aria-label': 'Plan of ' + title + ': ' + f.zones.length + ' zones, ' + people + ' people' });
       for (const z of f.zones) {
-        const x = z.x * 100, y = z.y * 70;
+        const x = z.x * 100, y = Y(z.y);
         plan.appendChild(svg('circle', { class: 'zone-area' + (z.people.length ? ' busy' : ''), cx: x, cy: y, r: 9 }));
         plan.appendChild(svg('text', { class: 'zone-label', x: x, y: y + 12.5, text: z.name + (z.people.length ? ' (' + z.people.length + ')' : '') }));
         z.people.forEach((p, i) => {
-          const angle = i * 2.39996, radius = 2 + 1.1 * Math.sqrt(i);
+          const angle = i * 2.39996 + 0.8, radius = 4 + 1.1 * Math.sqrt(i);
           plan.appendChild(svg('circle', { class: 'person', cx: x + radius * Math.cos(angle), cy: y + radius * Math.sin(angle), r: 1.6 }, [svg('title', { text: who(p) })]));
         });
       }
       for (const r of f.receivers) {
-        plan.appendChild(svg('rect', { class: 'receiver' + (r.silent ? ' silent' : ''), x: r.x * 100 - 1.2, y: r.y * 70 - 1.2, width: 2.4, height: 2.4 }, [svg('title', { text: 'Receiver ' + r.id + (r.silent ? ' (silent)' : '') })]));
+        plan.appendChild(svg('rect', { class: 'receiver' + (r.silent ? ' silent' : ''), x: r.x * 100 - 1.2, y: Y(r.y) - 1.2, width: 2.4, height: 2.4 }, [svg('title', { text: 'Receiver ' + r.id + (r.silent ? ' (silent)' : '') })]));
       }
       const list = el('ul', { class: 'zone-list' });
       for (const z of f.zones) {
@@ -208,7 +212,10 @@
     const button = document.querySelector('[data-alert="' + id + '"]');
     if (button) { button.disabled = true; button.textContent = 'Acknowledging…'; }
     try {
-      const r = await fetch('alerts/' + id + '/ack', {
+      // Resolved against the origin: a page opened with credentials in its URL would pass them
+      // on, and fetch refuses such URLs (the browser sends the remembered ones anyway).
+      const url = new URL('alerts/' + id + '/ack', location.origin + location.pathname);
+      const r = await fetch(url, {
         method: 'POST',
         headers: { 'Accept': 'application/json', 'Content-Type': 'application/json' },
         body: '{}',
@@ -217,10 +224,11 @@
       if (!r.ok) throw new Error('the gateway answered ' + r.status);
       const row = document.querySelector('[data-alert-id="' + id + '"]');
       if (row) row.remove();
+      $('notice').textContent = '';
     } catch (e) {
       acking.delete(id);
       if (button) { button.disabled = false; button.textContent = 'Acknowledge'; }
-      setConn(false, 'Could not acknowledge: ' + e.message);
+      $('notice').textContent = 'Could not acknowledge the alert: ' + e.message;
     }
   }
 
