@@ -141,8 +141,10 @@ fn acknowledged_writes_and_webhooks_survive_sigkill_at_random_moments() {
     });
     eprintln!("crash cycles: {cycles}, SITEGATE_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
-    let config = format!("{BASE_CONFIG}\n[webhooks]\nretry_delays_s = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n")
-        .replace("workers = 2", "workers = 4");
+    // The receiver may fall behind over thousands of cycles: no pause at the default backlog.
+    let config =
+        format!("{BASE_CONFIG}\n[webhooks]\nretry_delays_s = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nbacklog_max = 10000000\n")
+            .replace("workers = 2", "workers = 4");
     let s = Service::start_with(
         "acknowledged_writes_and_webhooks_survive_sigkill_at_random_moments",
         Options { config: &config, env: vec![] },
@@ -200,6 +202,9 @@ fn acknowledged_writes_and_webhooks_survive_sigkill_at_random_moments() {
         }
         let integrity = integrity_check(&dir);
         assert_eq!(integrity, "ok", "cycle {cycle}");
+        if (cycle + 1) % 100 == 0 {
+            eprintln!("{} kills survived so far", cycle + 1);
+        }
     }
     // Back up: every acknowledged write of the last cycle is there.
     let s = Service::launch(dir.clone(), cfg.clone(), &[]);
