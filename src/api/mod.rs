@@ -35,6 +35,9 @@ use crate::timefmt::now_secs;
 use error::ApiError;
 use output::{Member, Out};
 
+/// The OpenAPI 3 description of the JSON API, served at `/openapi.json`.
+const OPENAPI_JSON: &str = include_str!("../../docs/openapi.json");
+
 /// Name of the quota header, as the deployed service spells it.
 pub const QUOTA_HEADER: &str = "Http-X-Service-Api-Call-Limit";
 pub const REALM: &str = "sitegate";
@@ -327,6 +330,21 @@ impl App {
         match segments(&req.path).as_slice() {
             ["health"] => return self.health(&req.method, &format),
             ["metrics"] => return self.metrics(req),
+            // The API's description is documentation: no credentials needed.
+            ["openapi.json"] => {
+                return match req.method {
+                    Method::GET => Response {
+                        status: 200,
+                        headers: vec![
+                            ("Content-Type", "application/json".into()),
+                            ("Cache-Control", "no-cache".into()),
+                            (QUOTA_HEADER, format!("0/{allowed}")),
+                        ],
+                        body: OPENAPI_JSON.as_bytes().to_vec(),
+                    },
+                    _ => render_error(&format, ApiError::method_not_allowed(&["GET"]), format!("0/{allowed}")),
+                };
+            }
             // The outer call authenticates nothing and counts nothing; each nested request does.
             ["batch"] => return self.batch(req, &format),
             _ => {}

@@ -286,3 +286,17 @@ fn acknowledged_writes_survive_kill_9() {
     assert_eq!(c.list_ids("/contacts?sortfield=created&limit=100"), ids);
     assert_eq!(c.get_json(&format!("/contacts/{}", ids[0])).json()["item"]["fields"]["jobtitle"], "Kept");
 }
+
+#[test]
+fn the_api_description_is_served_without_credentials() {
+    let s = Service::start("the_api_description_is_served_without_credentials");
+    let r = s.anonymous().get("/openapi.json");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Content-Type"), Some("application/json"));
+    let doc: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{}", doc["openapi"]);
+    for path in ["/contacts", "/contacts/{id}", "/hooks", "/batch", "/locate", "/alerts", "/health", "/status/events"] {
+        assert!(doc["paths"][path].is_object(), "{path} is not described");
+    }
+    s.anonymous().call(Req::new("POST", "/openapi.json")).assert_status(405);
+}
