@@ -40,19 +40,8 @@ const FILE_NAME_KEYS: &[&str] = &["data[filename]", "filename"];
 
 /// Picks the parser from the Content-Type; without a usable one, from the first byte.
 pub fn body_kind(content_type: Option<&str>, body: &[u8]) -> BodyKind {
-    let ct = content_type.unwrap_or("").to_ascii_lowercase();
-    let essence = ct.split(';').next().unwrap_or("").trim();
-    if essence == "application/json" || essence.ends_with("+json") || essence == "text/json" {
-        return BodyKind::Json;
-    }
-    if essence == "application/x-www-form-urlencoded" {
-        return BodyKind::Form;
-    }
-    if essence == "multipart/form-data" {
-        return BodyKind::Multipart;
-    }
-    if essence.contains("xml") {
-        return BodyKind::Xml;
+    if let Some(kind) = declared_kind(content_type) {
+        return kind;
     }
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') | Some(b'[') => BodyKind::Json,
@@ -61,9 +50,29 @@ pub fn body_kind(content_type: Option<&str>, body: &[u8]) -> BodyKind {
     }
 }
 
-/// Parses a request body; an empty body is an empty object.
+/// The parser a Content-Type names, if it names one.
+fn declared_kind(content_type: Option<&str>) -> Option<BodyKind> {
+    let ct = content_type.unwrap_or("").to_ascii_lowercase();
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if essence == "application/json" || essence.ends_with("+json") || essence == "text/json" {
+        Some(BodyKind::Json)
+    } else if essence == "application/x-www-form-urlencoded" {
+        Some(BodyKind::Form)
+    } else if essence == "multipart/form-data" {
+        Some(BodyKind::Multipart)
+    } else if essence.contains("xml") {
+        Some(BodyKind::Xml)
+    } else {
+        None
+    }
+}
+
+/// Parses a request body; an empty body is an empty object. So is one of white space only,
+/// unless its Content-Type says JSON or XML, which white space alone is not.
 pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Body, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    let blank = body.iter().all(u8::is_ascii_whitespace);
+    if body.is_empty() || (blank && !matches!(declared_kind(content_type), Some(BodyKind::Json) | Some(BodyKind::Xml)))
+    {
         return Ok(Body { params: Value::Object(Map::new()), uploads: Vec::new() });
     }
     let kind = body_kind(content_type, body);
@@ -390,7 +399,7 @@ impl<'a> Params<'a> {
         }
     }
 
-    /// A non-empty text parameter.
+    /// A non-empty text parameter, trimmed: empty or white space only counts as missing.
     pub fn nonempty(&self, key: &str) -> Result<Option<String>, ApiError> {
         Ok(self.text(key)?.filter(|s| !s.is_empty()))
     }
@@ -501,6 +510,26 @@ mod tests {
 
     fn check(ct: Option<&str>, body: &str, expected: Value) {
         assert_eq!(parse_body(ct, body.as_bytes()).unwrap().params, expected, "body: {body}");
+    }
+
+    #[test]
+    fn blank_bodies_and_parameters() {
+        // No body, or white space where nothing declares a format: no parameters.
+        check(None, "", json!({}));
+        check(None, " \r\n", json!({}));
+        check(Some("application/x-www-form-urlencoded"), "\n", json!({}));
+        // White space is not a JSON or XML document.
+        assert!(parse_body(Some("application/json"), b" ").is_err());
+        assert!(parse_body(Some("text/xml"), b"\n").is_err());
+        // An empty parameter, or one of white space only, is a missing one.
+        let v = json!({"empty": "", "blank": "\r", "padded": " 5 ", "null": null, "word": "x"});
+        let p = Params::new(&v);
+        assert_eq!(p.int("empty").unwrap(), None);
+        assert_eq!(p.int("null").unwrap(), None);
+        assert_eq!(p.int("blank").unwrap(), None);
+        assert_eq!(p.int("padded").unwrap(), Some(5));
+        assert!(p.int("word").is_err());
+        assert_eq!(p.nonempty("missing").unwrap(), None);
     }
 
     #[test]

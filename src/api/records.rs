@@ -353,7 +353,8 @@ fn list_query(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<(ListQuer
     } else {
         rt.summary_fields().iter().map(|s| s.to_string()).collect()
     };
-    let with_categories = full && p.flag("categories")?.unwrap_or(false);
+    // Checked with any layout, so that a wrong value is an error rather than silently ignored.
+    let with_categories = p.flag("categories")?.unwrap_or(false) && full;
 
     // paging
     let limit = match p.int("limit")? {
