@@ -424,7 +424,7 @@ fn configure(conn: &Connection, writer: bool) -> Result<()> {
 
 /// SQL functions the queries use: `sg_digits(text)` keeps only the ASCII digits;
 /// `sg_lower(text)` lower-cases all of Unicode (SQLite's `lower` does ASCII only), as the
-/// `search` column is.
+/// `search` column is; `sg_field_key(text)` is `field_key`.
 fn register_functions(conn: &Connection) -> Result<()> {
     use rusqlite::functions::FunctionFlags;
     conn.create_scalar_function(
@@ -434,6 +434,15 @@ fn register_functions(conn: &Connection) -> Result<()> {
         |ctx| {
             let text: Option<String> = ctx.get(0)?;
             Ok(text.map(|t| t.chars().filter(char::is_ascii_digit).collect::<String>()))
+        },
+    )?;
+    conn.create_scalar_function(
+        "sg_field_key",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let text: Option<String> = ctx.get(0)?;
+            Ok(text.map(|t| field_key(&t)))
         },
     )?;
     conn.create_scalar_function(
@@ -503,6 +512,36 @@ fn merge_fields(current: &mut FieldValues, changes: &FieldValues) {
             current.insert(k.clone(), v.clone());
         }
     }
+}
+
+/// Characters of a value that `field_values` keeps: a "starts with" search for up to this many
+/// characters is answered by that index alone; a longer one also reads the record's value.
+const FIELD_KEY_CHARS: usize = 64;
+
+/// A value as `field_values` holds it: lower-cased, its first `FIELD_KEY_CHARS` characters.
+fn field_key(value: &str) -> String {
+    value.to_lowercase().chars().take(FIELD_KEY_CHARS).collect()
+}
+
+/// Keeps `field_values` in step with a record's fields, from `old` to `new` (both empty-free
+/// maps; a record being created has no old values).
+fn index_fields(tx: &Connection, item: i64, old: &FieldValues, new: &FieldValues) -> Result<()> {
+    for (field, value) in old {
+        let before = field_key(value);
+        if new.get(field).map(|v| field_key(v)).as_ref() != Some(&before) {
+            tx.exec("DELETE FROM field_values WHERE field = ?1 AND value = ?2 AND item = ?3", (field, &before, item))?;
+        }
+    }
+    for (field, value) in new {
+        let after = field_key(value);
+        if !after.is_empty() && old.get(field).map(|v| field_key(v)).as_ref() != Some(&after) {
+            tx.exec(
+                "INSERT OR IGNORE INTO field_values (field, value, item) VALUES (?1, ?2, ?3)",
+                (field, &after, item),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Separates the values in the `search` column, so that "starts with" is "contains 0x1F + text".
@@ -577,6 +616,48 @@ mod tests {
         let kept = Connection::open(&backups[0]).unwrap();
         let orgs: i64 = kept.query_row("SELECT count(*) FROM organizations", [], |r| r.get(0)).unwrap();
         assert_eq!(orgs, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Records written before `field_values` existed are found by field searches after the
+    /// upgrade: the migration fills the index from the stored fields, keyed as writes key them.
+    #[test]
+    fn the_field_index_is_filled_from_existing_records() {
+        let dir = std::env::temp_dir().join(format!("sitegate-field-index-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("site.db");
+        let conn = Connection::open(&path).unwrap();
+        configure(&conn, true).unwrap();
+        let before = schema::MIGRATIONS.len() - 1;
+        migrate(&conn, &path, &schema::MIGRATIONS[..before]).unwrap();
+        conn.execute_batch(
+            "INSERT INTO organizations (id, name) VALUES ('o', 'O');
+             INSERT INTO principals (org, kind, name, created) VALUES ('o', 1, 'A', 0);",
+        )
+        .unwrap();
+        let long = format!("Ä{}", "x".repeat(80));
+        let mut fields = FieldValues::new();
+        fields.insert("lastname".into(), "Ünal".into());
+        fields.insert("jobtitle".into(), long.clone());
+        let insert =
+            "INSERT INTO items (org, typeid, parent, ownership, name, fields, created, updated, creator, modificator)
+                      VALUES ('o', 1, ?1, 1, 'x', ?2, 0, 0, 1, 1)";
+        conn.execute(insert, (None::<i64>, fields_json(&fields))).unwrap();
+        // An activity's fields are not indexed.
+        conn.execute(insert, (Some(1i64), r#"{"details": "note"}"#)).unwrap();
+        migrate(&conn, &path, schema::MIGRATIONS).unwrap();
+        let mut rows: Vec<(String, String, i64)> = conn
+            .prepare("SELECT field, value, item FROM field_values ORDER BY field")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        rows.sort();
+        assert_eq!(rows, vec![("jobtitle".into(), field_key(&long), 1), ("lastname".into(), "ünal".into(), 1)]);
+        assert_eq!(field_key(&long).chars().count(), FIELD_KEY_CHARS);
+        assert!(field_key(&long).starts_with('ä'));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -11,7 +11,8 @@ use super::activities::FileInfo;
 use super::hooks::Target;
 use super::principals::{owner_ids_json, principal_kind};
 use super::{
-    Result, SEARCH_SEPARATOR, Store, StoreError, fields_json, json_ids, merge_fields, parse_fields, search_text,
+    FIELD_KEY_CHARS, Result, SEARCH_SEPARATOR, Store, StoreError, field_key, fields_json, index_fields, json_ids,
+    merge_fields, parse_fields, search_text,
 };
 use crate::model::hook::Event;
 use crate::model::{FieldValues, PrincipalKind, RecordType, Viewer};
@@ -257,6 +258,7 @@ impl Store {
             )?;
             let id = tx.last_insert_rowid();
             tx.exec("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
+            index_fields(tx, id, &FieldValues::new(), &new.fields)?;
             let (added, _) = change_categories(tx, viewer, new.record_type, id, &new.categories_add, &[])?;
             add_related(tx, viewer, id, &new.related_add)?;
             let mut events = vec![Event::ItemsCreate];
@@ -304,6 +306,7 @@ impl Store {
                     viewer.user_id,
                 ),
             )?;
+            index_fields(tx, id, &current.fields, &fields)?;
             let (added, removed) =
                 change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
             add_related(tx, viewer, id, &changes.related_add)?;
@@ -406,7 +409,7 @@ impl Store {
             params.push((":org", Value::Text(viewer.org.clone())));
             params.push((":typeid", Value::Integer(q.record_type.typeid())));
             let mut conditions = vec![
-                "i.org = :org".to_string(),
+                String::new(), // the organisation, below
                 "i.typeid = :typeid".to_string(),
                 "i.parent IS NULL".to_string(),
                 visible(viewer, "i"),
@@ -417,9 +420,14 @@ impl Store {
                 conditions.push("i.archived IS NULL".into());
             }
             filter_sql(&q.filter, &mut conditions, &mut params);
-            if let Some(search) = &q.search {
-                search_sql(search, &mut conditions, &mut params);
-            }
+            let indexed = match &q.search {
+                Some(search) => search_sql(search, &mut conditions, &mut params),
+                None => false,
+            };
+            // With a field search answered by `field_values`, the matching ids come from that
+            // index; `+i.org` keeps SQLite from walking `items_records` instead and testing
+            // every record of the type against the id list.
+            conditions[0] = if indexed { "+i.org = :org" } else { "i.org = :org" }.to_string();
             let where_sql = conditions.join(" AND ");
 
             let count: i64 = {
@@ -435,6 +443,14 @@ impl Store {
                 SortField::Created => format!("i.created {dir}, i.id {dir}"),
                 SortField::Flagged => format!("i.flagged {dir}, i.name COLLATE NOCASE ASC, i.id ASC"),
                 SortField::Updated => format!("i.updated {dir}, i.id {dir}"),
+            };
+            // The page: from the ids and sorted, unless there are many matches and they are
+            // wanted in name order, which `items_records` walks with no sort and stops early.
+            let where_sql = if indexed && q.sort == SortField::Name && count > INDEXED_SORT_MATCHES_MAX {
+                conditions[0] = "i.org = :org".to_string();
+                conditions.join(" AND ")
+            } else {
+                where_sql
             };
             let company_visible = visible(viewer, "c");
             let sql = format!(
@@ -625,9 +641,14 @@ fn any_field(fields: &[String], cond: impl Fn(&str) -> String) -> String {
     if parts.is_empty() { "0".to_string() } else { format!("({})", parts.join(" OR ")) }
 }
 
+/// Matches of a field search (through `field_values`) up to which a page in name order is
+/// read from the matches and sorted; with more, the name index is walked instead.
+const INDEXED_SORT_MATCHES_MAX: i64 = 300;
+
 /// Searches match lower-cased text: the `search` column holds the name and values lower-cased,
-/// each after a separator, so "starts with" is "contains separator + text".
-fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&'static str, Value)>) {
+/// each after a separator, so "starts with" is "contains separator + text". A "starts with"
+/// search on one field reads `field_values`; then the answer is true.
+fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&'static str, Value)>) -> bool {
     let pattern = |mode: SearchMode, value: &str, separated: bool| {
         let text = like_escape(&value.to_lowercase());
         match (mode, separated) {
@@ -640,6 +661,33 @@ fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&
     let journal_match = "EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL \
                          AND a.archived IS NULL AND a.search LIKE :pattern ESCAPE '\\')";
     match search {
+        Search::Field { name, mode: SearchMode::StartsWith, value } if !value.is_empty() => {
+            // Keys in `field_values` that start with the text lie in [text, next): `next` is
+            // the text with its last byte one higher (UTF-8 has no 0xFF byte, so no carry),
+            // compared as text byte by byte.
+            let key = field_key(value);
+            let mut next = key.clone().into_bytes();
+            if let Some(last) = next.last_mut() {
+                *last += 1;
+            }
+            params.push((":field", Value::Text(name.clone())));
+            params.push((":from", Value::Text(key.clone())));
+            params.push((":until", Value::Blob(next)));
+            conditions.push(
+                "i.id IN (SELECT item FROM field_values WHERE field = :field AND value >= :from \
+                 AND value < CAST(:until AS TEXT))"
+                    .to_string(),
+            );
+            if value.to_lowercase().chars().count() > FIELD_KEY_CHARS {
+                // The index holds the first characters only: check the whole value too.
+                params.push((":path", Value::Text(format!("$.\"{name}\""))));
+                params.push((":pattern", Value::Text(pattern(SearchMode::StartsWith, value, false))));
+                conditions.push(
+                    "sg_lower(coalesce(json_extract(i.fields, :path), '')) LIKE :pattern ESCAPE '\\'".to_string(),
+                );
+            }
+            return true;
+        }
         Search::Any { mode, value } => {
             params.push((":pattern", Value::Text(pattern(*mode, value, true))));
             conditions.push(format!("({item_match} OR {journal_match})"));
@@ -671,6 +719,7 @@ fn search_sql(search: &Search, conditions: &mut Vec<String>, params: &mut Vec<(&
             }
         }
     }
+    false
 }
 
 /// What Show returns of a record in the given state.
