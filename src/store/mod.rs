@@ -524,15 +524,26 @@ fn field_key(value: &str) -> String {
 }
 
 /// Keeps `field_values` in step with a record's fields, from `old` to `new` (both empty-free
-/// maps; a record being created has no old values).
+/// maps; a record being created has no old values), for the fields in `indexed_fields`.
 fn index_fields(tx: &Connection, item: i64, old: &FieldValues, new: &FieldValues) -> Result<()> {
-    for (field, value) in old {
+    let indexed: Vec<String> = tx
+        .prepare_cached("SELECT field FROM indexed_fields")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if indexed.is_empty() {
+        return Ok(());
+    }
+    let old: FieldValues =
+        old.iter().filter(|(f, _)| indexed.contains(f)).map(|(f, v)| (f.clone(), v.clone())).collect();
+    let new: FieldValues =
+        new.iter().filter(|(f, _)| indexed.contains(f)).map(|(f, v)| (f.clone(), v.clone())).collect();
+    for (field, value) in &old {
         let before = field_key(value);
         if new.get(field).map(|v| field_key(v)).as_ref() != Some(&before) {
             tx.exec("DELETE FROM field_values WHERE field = ?1 AND value = ?2 AND item = ?3", (field, &before, item))?;
         }
     }
-    for (field, value) in new {
+    for (field, value) in &new {
         let after = field_key(value);
         if !after.is_empty() && old.get(field).map(|v| field_key(v)).as_ref() != Some(&after) {
             tx.exec(
@@ -619,45 +630,53 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Records written before `field_values` existed are found by field searches after the
-    /// upgrade: the migration fills the index from the stored fields, keyed as writes key them.
+    /// A field is indexed when it is first searched, from the records already there (keyed as
+    /// writes key them; activities left out); from then on writes keep it, and only it, up.
     #[test]
-    fn the_field_index_is_filled_from_existing_records() {
+    fn a_field_is_indexed_from_its_first_search() {
         let dir = std::env::temp_dir().join(format!("sitegate-field-index-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("site.db");
-        let conn = Connection::open(&path).unwrap();
-        configure(&conn, true).unwrap();
-        let before = schema::MIGRATIONS.len() - 1;
-        migrate(&conn, &path, &schema::MIGRATIONS[..before]).unwrap();
-        conn.execute_batch(
-            "INSERT INTO organizations (id, name) VALUES ('o', 'O');
-             INSERT INTO principals (org, kind, name, created) VALUES ('o', 1, 'A', 0);",
-        )
-        .unwrap();
+        let store = Store::open(&dir.join("site.db")).unwrap();
         let long = format!("Ä{}", "x".repeat(80));
         let mut fields = FieldValues::new();
         fields.insert("lastname".into(), "Ünal".into());
         fields.insert("jobtitle".into(), long.clone());
-        let insert =
-            "INSERT INTO items (org, typeid, parent, ownership, name, fields, created, updated, creator, modificator)
-                      VALUES ('o', 1, ?1, 1, 'x', ?2, 0, 0, 1, 1)";
-        conn.execute(insert, (None::<i64>, fields_json(&fields))).unwrap();
-        // An activity's fields are not indexed.
-        conn.execute(insert, (Some(1i64), r#"{"details": "note"}"#)).unwrap();
-        migrate(&conn, &path, schema::MIGRATIONS).unwrap();
-        let mut rows: Vec<(String, String, i64)> = conn
-            .prepare("SELECT field, value, item FROM field_values ORDER BY field")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
+        let rows = |store: &Store| -> Vec<(String, String, i64)> {
+            store
+                .read(|tx| {
+                    let mut stmt = tx.prepare("SELECT field, value, item FROM field_values ORDER BY field, item")?;
+                    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                    Ok(rows.collect::<rusqlite::Result<_>>()?)
+                })
+                .unwrap()
+        };
+        store
+            .write(|tx| {
+                tx.execute_batch(
+                    "INSERT INTO organizations (id, name) VALUES ('o', 'O');
+                     INSERT INTO principals (org, kind, name, created) VALUES ('o', 1, 'A', 0);",
+                )?;
+                let insert = "INSERT INTO items (org, typeid, parent, ownership, name, fields, created, updated, creator, modificator)
+                              VALUES ('o', 1, ?1, 1, 'x', ?2, 0, 0, 1, 1)";
+                tx.execute(insert, (None::<i64>, fields_json(&fields)))?;
+                // An activity's fields are not indexed.
+                tx.execute(insert, (Some(1i64), r#"{"jobtitle": "note"}"#))?;
+                index_fields(tx, 1, &FieldValues::new(), &fields)?;
+                Ok(())
+            })
             .unwrap();
-        rows.sort();
-        assert_eq!(rows, vec![("jobtitle".into(), field_key(&long), 1), ("lastname".into(), "ünal".into(), 1)]);
+        assert_eq!(rows(&store), vec![], "nothing is indexed before a search");
+        store.index_field("jobtitle").unwrap();
+        store.index_field("jobtitle").unwrap();
+        assert_eq!(rows(&store), vec![("jobtitle".into(), field_key(&long), 1)]);
         assert_eq!(field_key(&long).chars().count(), FIELD_KEY_CHARS);
         assert!(field_key(&long).starts_with('ä'));
+        // Writes keep the indexed field up, and only it.
+        let mut changed = fields.clone();
+        changed.insert("jobtitle".into(), "Manager".into());
+        changed.insert("lastname".into(), "Lee".into());
+        store.write(|tx| index_fields(tx, 1, &fields, &changed)).unwrap();
+        assert_eq!(rows(&store), vec![("jobtitle".into(), "manager".into(), 1)]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

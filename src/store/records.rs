@@ -401,6 +401,11 @@ impl Store {
             // These filters read the column: write the pending stamps first.
             self.flush_viewed()?;
         }
+        if let Some(Search::Field { name, mode: SearchMode::StartsWith, value }) = &q.search
+            && !value.is_empty()
+        {
+            self.index_field(name)?;
+        }
         let (mut entries, count) = self.read(|tx| {
             let mut params: Vec<(&'static str, Value)> = Vec::new();
             if !viewer.admin {
@@ -492,6 +497,33 @@ impl Store {
             e.record.viewed = self.viewed_overlay(e.record.id, e.record.viewed);
         }
         Ok((entries, count))
+    }
+
+    /// Makes `field_values` hold the field from now on, filled from the records there are
+    /// (once per field: later calls only look).
+    pub(super) fn index_field(&self, field: &str) -> Result<()> {
+        let known = self.read(|tx| {
+            Ok(tx
+                .prepare_cached("SELECT 1 FROM indexed_fields WHERE field = ?1")?
+                .query_row([field], |_| Ok(()))
+                .optional()?
+                .is_some())
+        })?;
+        if known {
+            return Ok(());
+        }
+        self.write(|tx| {
+            if tx.exec("INSERT OR IGNORE INTO indexed_fields (field) VALUES (?1)", [field])? == 1 {
+                tx.execute(
+                    "INSERT OR IGNORE INTO field_values (field, value, item)
+                     SELECT ?1, sg_field_key(v), id FROM
+                        (SELECT i.id, json_extract(i.fields, ?2) AS v FROM items i WHERE i.parent IS NULL)
+                     WHERE v <> ''",
+                    (field, format!("$.\"{field}\"")),
+                )?;
+            }
+            Ok(())
+        })
     }
 
     /// Creates a category tag for a record type; a name already used (ignoring case) is a

@@ -282,17 +282,18 @@ CREATE TABLE bridge_queue (
 );
 "#,
     // 7: an index of records' field values, for "starts with" searches on one field (lists).
-    // `value` is sg_field_key(the value): lower-cased, its first 64 characters. Kept in step by
-    // the record write paths; archived records keep their rows (the lists check `archived`).
+    // A field is indexed from its first such search on (`indexed_fields`), so that writes
+    // keep up only the fields people search. `value` is sg_field_key(the value): lower-cased,
+    // its first 64 characters. Archived records keep their rows (the lists check `archived`).
     r#"
+CREATE TABLE indexed_fields (
+    field TEXT PRIMARY KEY
+) WITHOUT ROWID;
 CREATE TABLE field_values (
     field TEXT NOT NULL,
     value TEXT NOT NULL,
     item  INTEGER NOT NULL REFERENCES items(id),
     PRIMARY KEY (field, value, item)
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO field_values (field, value, item)
-    SELECT f.key, sg_field_key(f.value), i.id FROM items i, json_each(i.fields) f
-    WHERE i.parent IS NULL AND f.type = 'text' AND f.value <> '';
 "#,
 ];
