@@ -25,6 +25,7 @@ pub enum Command {
     Backup(Backup),
     Restore(Restore),
     Replay(Replay),
+    Survey(Survey),
     Record(Record),
     Device(DeviceCmd),
     Locations(Locations),
@@ -283,6 +284,29 @@ pub struct Replay {
     /// service must be stopped) instead of printing them
     #[argh(switch)]
     pub store: bool,
+}
+
+#[derive(FromArgs, Debug)]
+/// Zone fingerprints from a survey: a trace recorded while a tag was carried through each
+/// zone, and the times it was in which (marks); prints a `fingerprint = {...}` line per zone
+/// for the site map.
+#[argh(subcommand, name = "survey")]
+pub struct Survey {
+    /// configuration file: the site map and [location] settings
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the trace recorded during the survey (sitegate record)
+    #[argh(option)]
+    pub trace: PathBuf,
+    /// CSV lines zoneid,from,until (Unix milliseconds or RFC 3339): when the tag was in which zone
+    #[argh(option)]
+    pub marks: PathBuf,
+    /// the survey tag's deviceaddress (a/b/c)
+    #[argh(option)]
+    pub device: String,
+    /// devices as CSV (as for replay); default: the devices registered in the database
+    #[argh(option)]
+    pub devices: Option<PathBuf>,
 }
 
 #[derive(FromArgs, Debug)]

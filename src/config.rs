@@ -698,6 +698,11 @@ impl Config {
                     name: z.name.clone(),
                     floor: self.site_map.floors[z.floor].id,
                     transit: z.transit,
+                    fingerprints: z
+                        .fingerprints
+                        .iter()
+                        .map(|f| f.iter().map(|&(r, dbm)| (self.site_map.receivers[r].id.clone(), dbm)).collect())
+                        .collect(),
                 })
                 .collect(),
             receivers: self

@@ -218,6 +218,17 @@ pub const LOCATION_ID_MAX: i64 = 2_147_483_647;
 pub const LOCATION_DEVICES_MAX: usize = 100_000;
 /// Readings kept per device and receiver (within the window).
 pub const LOCATION_READINGS_PER_LINK_MAX: usize = 64;
+/// Fingerprints of one zone in the site map (`sitegate survey` writes one per
+/// `SURVEY_FINGERPRINT_S` of a zone's survey).
+pub const LOCATION_FINGERPRINTS_PER_ZONE_MAX: usize = 64;
+/// `sitegate survey`: seconds of a zone's samples that make one fingerprint.
+pub const SURVEY_FINGERPRINT_S: u32 = 20;
+/// `sitegate survey`: marks in a marks file, and seconds sampled in all.
+pub const SURVEY_MARKS_MAX: usize = 10_000;
+pub const SURVEY_SAMPLES_MAX: usize = 1_000_000;
+/// `sitegate survey`: a receiver belongs to a zone's fingerprint when it heard the survey tag
+/// in at least this share of the zone's samples.
+pub const SURVEY_HEARD_SHARE_MIN: f64 = 0.5;
 /// Longest line of an advert trace.
 pub const TRACE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Receiver names a trace reader shares between adverts (beyond, each advert has its own).

@@ -220,6 +220,7 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Replay(r) => run_replay(r),
+        Command::Survey(s) => run_survey(s),
         Command::Record(r) => run_record(r),
         Command::Device(d) => run_device(d.command),
         Command::Locations(l) => run_locations(l),
@@ -312,23 +313,22 @@ fn run_mqtt_user(command: cli::MqttUserCommand) -> Result<(), Failure> {
     Ok(())
 }
 
-fn run_replay(r: cli::Replay) -> Result<(), Failure> {
-    let config = load(r.config.as_deref())?;
-    init_logging(log::LevelFilter::Warn);
-    let open_trace = |path: &std::path::Path| -> Result<Box<dyn std::io::BufRead>, Failure> {
-        if path.as_os_str() == "-" {
-            return Ok(Box::new(std::io::stdin().lock()));
-        }
-        let file =
-            std::fs::File::open(path).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
-        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)))
-    };
-    let trace_error = |e: std::io::Error| Failure::Data(format!("{}: {e}", r.trace.display()));
-    let (registry, store) = match &r.devices {
+/// A trace file (or standard input for `-`), buffered.
+fn open_trace(path: &std::path::Path) -> Result<Box<dyn std::io::BufRead>, Failure> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(std::io::stdin().lock()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
+    Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, file)))
+}
+
+/// The devices of a CSV file, or else of the database (then also the store).
+fn replay_devices(
+    config: &config::Config,
+    devices: Option<&std::path::Path>,
+) -> Result<(location::devices::Registry, Option<std::sync::Arc<store::Store>>), Failure> {
+    Ok(match devices {
         Some(path) => {
-            if r.store {
-                return Err(Failure::Usage("--store uses the database's devices: leave out --devices".into()));
-            }
             let file = std::fs::File::open(path)
                 .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
             let devices =
@@ -336,11 +336,52 @@ fn run_replay(r: cli::Replay) -> Result<(), Failure> {
             (location::devices::Registry::new((0..).zip(devices).collect()), None)
         }
         None => {
-            let store = service::open_store(&config)?;
+            let store = service::open_store(config)?;
             let devices = store.devices(None)?.into_iter().map(|d| (d.id, d.device)).collect();
             (location::devices::Registry::new(devices), Some(store))
         }
-    };
+    })
+}
+
+fn run_survey(s: cli::Survey) -> Result<(), Failure> {
+    let config = load(s.config.as_deref())?;
+    init_logging(log::LevelFilter::Warn);
+    let marks = std::fs::File::open(&s.marks)
+        .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", s.marks.display())))
+        .and_then(|f| {
+            location::survey::read_marks(std::io::BufReader::new(f), &config.site_map)
+                .map_err(|e| Failure::Data(format!("{}: {e}", s.marks.display())))
+        })?;
+    let (registry, _) = replay_devices(&config, s.devices.as_deref())?;
+    let device = registry
+        .slot_of_address(&s.device)
+        .ok_or_else(|| Failure::Usage(format!("no device {:?} is registered", s.device)))?;
+    let mut pipeline =
+        location::replay::Pipeline::new(config.site_map.clone(), registry, config.location.engine.clone());
+    let zones = location::survey::survey(open_trace(&s.trace)?, &mut pipeline, device, &marks)
+        .map_err(|e| Failure::Data(format!("{}: {e}", s.trace.display())))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    location::survey::write_fingerprints(&config.site_map, &zones, &mut out)
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .map_err(|e| Failure::Data(format!("standard output: {e}")))?;
+    let missing = config.site_map.zones.iter().zip(&zones).filter(|(_, z)| z.fingerprints().is_empty()).count();
+    if missing > 0 {
+        eprintln!(
+            "sitegate: {missing} zones have no fingerprint; the engine uses fingerprints only when every zone has one"
+        );
+    }
+    Ok(())
+}
+
+fn run_replay(r: cli::Replay) -> Result<(), Failure> {
+    let config = load(r.config.as_deref())?;
+    init_logging(log::LevelFilter::Warn);
+    let trace_error = |e: std::io::Error| Failure::Data(format!("{}: {e}", r.trace.display()));
+    if r.store && r.devices.is_some() {
+        return Err(Failure::Usage("--store uses the database's devices: leave out --devices".into()));
+    }
+    let (registry, store) = replay_devices(&config, r.devices.as_deref())?;
     let mut pipeline =
         location::replay::Pipeline::new(config.site_map.clone(), registry, config.location.engine.clone());
     let started = std::time::Instant::now();

@@ -50,6 +50,33 @@ LATE_MS = 10_000
 ENGINE_SETTINGS = []
 
 
+# With --survey: the engine gets zone fingerprints from a simulated survey of each site.
+SURVEY = False
+
+
+def survey_fingerprints(binary, name, seed, d, config, eng):
+    """Simulates a survey of the trace's site, runs `sitegate survey` on it and returns the
+    fingerprint lines of each zone ({zoneid: 'fingerprints = [...]'})."""
+    sd = os.path.join(d, "survey")
+    sim.survey(name, seed, sd, config=config)
+    cmd = [binary, "survey", "--config", os.path.join(sd, "site.toml"), "--trace", os.path.join(sd, "survey.jsonl"),
+           "--marks", os.path.join(sd, "marks.csv"), "--device", sim.SURVEY_DEVICE,
+           "--devices", os.path.join(sd, "devices.csv")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        eng["survey_error"] = r.stderr[-400:]
+        return {}
+    out, zone = {}, None
+    for line in r.stdout.splitlines():
+        if line.startswith("# zone "):
+            zone = int(line.split()[2])
+        elif zone is not None and (line.startswith("fingerprints") or zone in out):
+            out[zone] = out[zone] + "\n" + line if zone in out else line
+            if line == "]":
+                zone = None
+    return out
+
+
 def read_site(path):
     with open(path, "rb") as f:
         site = tomllib.load(f)
@@ -404,14 +431,19 @@ def run_one(job):
     eng = {"ok": False}
     if binary and os.path.exists(binary):
         site = os.path.join(d, "site.toml")
-        if ENGINE_SETTINGS:
-            # The engine's [location] settings under test, in a copy of the site map.
+        fingerprints = survey_fingerprints(binary, name, seed, d, config, eng) if SURVEY else {}
+        if ENGINE_SETTINGS or fingerprints:
+            # The engine's [location] settings under test and the survey's zone fingerprints,
+            # in a copy of the site map.
             with open(site) as f:
                 text = f.read()
             lines = "".join(f"{k} = {v}\n" for k, v in ENGINE_SETTINGS)
+            text = text.replace("[location]\n", "[location]\n" + lines, 1)
+            for zone, line in fingerprints.items():
+                text = text.replace(f"[[zones]]\nid = {zone}\n", f"[[zones]]\nid = {zone}\n{line}\n", 1)
             site = os.path.join(d, "engine-site.toml")
             with open(site, "w") as f:
-                f.write(text.replace("[location]\n", "[location]\n" + lines, 1))
+                f.write(text)
         cmd = [binary, "replay", "--trace", os.path.join(d, "trace.jsonl"), "--config", site,
                "--devices", os.path.join(d, "devices.csv")]
         t1 = time.time()
@@ -499,7 +531,11 @@ def main():
     ap.add_argument("--scenarios-file", help="scenarios.json to use instead of the one next to this script")
     ap.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
                     help="a [location] setting for the engine (repeatable), e.g. --engine hysteresis_db=3")
+    ap.add_argument("--survey", action="store_true",
+                    help="give the engine zone fingerprints from a simulated survey of each site (sitegate survey)")
     args = ap.parse_args()
+    global SURVEY
+    SURVEY = args.survey
     for setting in args.engine:
         key, _, value = setting.partition("=")
         if not key or not value:

@@ -3,6 +3,7 @@
 
     python3 bench/location/sim.py --scenario office --seed 1 --out OUT [--minutes 30]
     python3 bench/location/sim.py --scenario throughput --seed 1 --out OUT [--adverts 3000000]
+    python3 bench/location/sim.py --scenario office --seed 1 --out OUT --survey
     python3 bench/location/sim.py --list
 
 Writes OUT/site.toml, OUT/devices.csv, OUT/trace.jsonl, OUT/truth.jsonl and OUT/tags.json.
@@ -30,6 +31,7 @@ SITE_UUID = "f7826da6-4fa2-4e98-8024-bc5b71e0893e"
 SITE_NAMESPACE = "edd1ebeac04e5defa017"
 APPLE, MICROSOFT, SAMSUNG, NORDIC = "004c", "0006", "0075", "0059"
 EDDYSTONE = "feaa"
+SURVEY_DEVICE = "9/9/1"  # the survey tag's deviceaddress
 MEAN_DB_EXP1 = -2.5066  # E[10 log10 X] for X ~ Exp(1) (Rayleigh power)
 
 
@@ -742,6 +744,103 @@ def i8(v):
 
 # ---------------------------------------------------------------- the generator
 
+def build_site(config, P, name, seed):
+    """The layout and its receivers (hardware offset, static multipath field) of one seed."""
+    radio = P["radio"]
+    rng_site = stream(name, seed, "site")
+    layout = Layout(config["layouts"][P["layout"]], rng_site, radio)
+    receivers = [Receiver(d, layout, i) for i, d in enumerate(config["layouts"][P["layout"]]["receivers"])]
+    for r in receivers:
+        r.offset = rng_site.uniform(-radio["receiver_offset_db"], radio["receiver_offset_db"])
+        r.written_offset = int(round(-r.offset)) if radio["calibration"] == "known" else 0
+        lo, hi = radio["multipath_wavelength_m"]
+        for _ in range(12):
+            k = 2 * math.pi / rng_site.uniform(lo, hi)
+            a = rng_site.uniform(0, 2 * math.pi)
+            r.field.append((k * math.cos(a), k * math.sin(a), rng_site.uniform(0, 2 * math.pi)))
+    return layout, receivers
+
+
+def add_bursts(receivers, burst, rng, dur_s):
+    """Bursty reception: alternating good and bad spells per receiver."""
+    if not burst:
+        return
+    for r in receivers:
+        t = rng.expovariate(1.0 / burst["mean_good_s"])
+        while t < dur_s + 60:
+            b = rng.expovariate(1.0 / burst["mean_bad_s"])
+            r.bad_starts.append(t)
+            r.bad_ends.append(t + b)
+            t += b + rng.expovariate(1.0 / burst["mean_good_s"])
+
+
+def survey(name, seed, out, config=None, log=None):
+    """A site survey of one scenario's site (same layout, receivers, offsets and multipath as
+    `generate` for the seed): one person carries a survey tag through every zone in turn,
+    walking slowly between random points of it with pauses (longer in larger zones), under the scenario's radio and
+    loss (no receiver outages). Writes OUT/site.toml, OUT/devices.csv, OUT/survey.jsonl and
+    OUT/marks.csv (zoneid,from_ms,until_ms: the time spent inside each zone's space)."""
+    config = config or load_config()
+    P = scenario_params(config, name)
+    S = config["survey"]
+    radio, loss_p = P["radio"], P["loss"]
+    start_ms = int(config["start_ms"]) - 86_400_000
+    os.makedirs(out, exist_ok=True)
+    layout, receivers = build_site(config, P, name, seed)
+    rng = stream(name, seed, "survey")
+    spaces = [sp for sp in layout.spaces if sp.zone is not None]
+    def seconds(sp):  # longer for larger zones, so that the walk covers them
+        return max(S["seconds_min"], S["seconds_per_m2"] * (sp.x1 - sp.x0) * (sp.y1 - sp.y0))
+    dur_guess = sum(seconds(sp) + 60 for sp in spaces) + 60
+    add_bursts(receivers, loss_p.get("burst"), stream(name, seed, "survey-outages"), dur_guess)
+    rmap = RadioMap(layout, receivers, radio)
+    planner = Planner(layout, P["people"], radio, rng, dur_guess)
+    person = Person(0, False, spaces[0].name, None)
+    marks = []
+    t, space, p = 0.0, spaces[0].name, spaces[0].random_point(rng)
+    for sp in spaces:
+        q = sp.random_point(rng)
+        t = planner.walk(person, t, space, p, sp.name, q, S["walk_speed_mps"])
+        space, p = sp.name, q
+        z = planner.z(sp.name)
+        entered, end = t, t + seconds(sp)
+        while t < end:
+            pause = rng.uniform(*S["pause_s"])
+            person.traj.add(t, t + pause, (p[0], p[1], z), (p[0], p[1], z),
+                            facing=(math.cos(a := rng.uniform(0, 2 * math.pi)), math.sin(a)))
+            t += pause
+            q = sp.random_point(rng)
+            dt = math.hypot(q[0] - p[0], q[1] - p[1]) / S["walk_speed_mps"]
+            person.traj.add(t, t + dt, (p[0], p[1], z), (q[0], q[1], z))
+            t += dt
+            p = q
+        marks.append((sp.zone, start_ms + int(entered * 1000), start_ms + int(t * 1000)))
+    dur_s = t + 1.0
+    interval = S["interval_ms"]
+    p1m_adv = rng.choice(radio["tag_p1m_dbm"])
+    e = Emitter("tag", interval, p1m_adv + rng.gauss(0, radio["tag_p1m_error_db"]), traj=person.traj, body=True)
+    e.next_t = rng.uniform(0, interval / 1000.0)
+    e.macs.append((0.0, random_mac(rng, "static")))
+    minor = 999
+    frame = "0215" + SITE_UUID.replace("-", "") + f"{9:04x}{minor:04x}" + i8(p1m_adv)
+    text = f',"mfg":{{"{APPLE}":"{frame}"}}'
+    e.payload = lambda em, t: text
+    write_site(os.path.join(out, "site.toml"), config, name, seed, layout, receivers)
+    with open(os.path.join(out, "devices.csv"), "w") as f:
+        f.write("deviceaddress,deviceid,label,tagtype,beacon,contactid\n")
+        f.write(f"{SURVEY_DEVICE},9.9.1,Survey tag,1,ibeacon:{SITE_UUID}/9/{minor},\n")
+    with open(os.path.join(out, "marks.csv"), "w") as f:
+        f.write("zoneid,from,until\n")
+        for zone, a, b in marks:
+            f.write(f"{zone},{a},{b}\n")
+    n_lines, _ = run_radio(os.path.join(out, "survey.jsonl"), [e], receivers, rmap, radio, loss_p,
+                           stream(name, seed, "survey-radio"), start_ms, dur_s)
+    summary = {"scenario": name, "seed": seed, "survey_adverts": n_lines, "survey_minutes": round(dur_s / 60.0, 2)}
+    if log:
+        log(summary)
+    return summary
+
+
 def generate(name, seed, out, minutes=None, adverts=None, config=None, log=None):
     """Writes the five files of one scenario run into `out`; returns a summary dict."""
     t_start = time.time()
@@ -754,19 +853,7 @@ def generate(name, seed, out, minutes=None, adverts=None, config=None, log=None)
     dur_s = float(minutes if minutes is not None else P["minutes"]) * 60.0
     os.makedirs(out, exist_ok=True)
 
-    rng_site = stream(name, seed, "site")
-    layout = Layout(config["layouts"][P["layout"]], rng_site, radio)
-
-    # receivers: hardware offset, static multipath field, outages
-    receivers = [Receiver(d, layout, i) for i, d in enumerate(config["layouts"][P["layout"]]["receivers"])]
-    for r in receivers:
-        r.offset = rng_site.uniform(-radio["receiver_offset_db"], radio["receiver_offset_db"])
-        r.written_offset = int(round(-r.offset)) if radio["calibration"] == "known" else 0
-        lo, hi = radio["multipath_wavelength_m"]
-        for _ in range(12):
-            k = 2 * math.pi / rng_site.uniform(lo, hi)
-            a = rng_site.uniform(0, 2 * math.pi)
-            r.field.append((k * math.cos(a), k * math.sin(a), rng_site.uniform(0, 2 * math.pi)))
+    layout, receivers = build_site(config, P, name, seed)
     rng_out = stream(name, seed, "outages")
     if P.get("silent"):
         sp = P["silent"]
@@ -774,15 +861,7 @@ def generate(name, seed, out, minutes=None, adverts=None, config=None, log=None)
         for r in rng_out.sample(room_rx, sp["count"]):
             t0 = rng_out.uniform(*sp["start_fraction"]) * dur_s
             r.silent.append((t0, t0 + rng_out.uniform(*sp["duration_min"]) * 60.0))
-    burst = loss_p.get("burst")
-    if burst:
-        for r in receivers:
-            t = rng_out.expovariate(1.0 / burst["mean_good_s"])
-            while t < dur_s + 60:
-                b = rng_out.expovariate(1.0 / burst["mean_bad_s"])
-                r.bad_starts.append(t)
-                r.bad_ends.append(t + b)
-                t += b + rng_out.expovariate(1.0 / burst["mean_good_s"])
+    add_bursts(receivers, loss_p.get("burst"), rng_out, dur_s)
     rmap = RadioMap(layout, receivers, radio)
 
     # people and their tags
@@ -1139,6 +1218,8 @@ def main():
     ap.add_argument("--adverts", type=int, help="stop after this many trace lines (throughput)")
     ap.add_argument("--scenarios-file", help="scenarios.json to use instead of the one next to sim.py")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    ap.add_argument("--survey", action="store_true",
+                    help="write a site survey of the scenario's site instead (survey.jsonl, marks.csv)")
     args = ap.parse_args()
     config = load_config(args.scenarios_file)
     if args.list:
@@ -1147,6 +1228,9 @@ def main():
         return
     if not args.scenario or not args.out:
         ap.error("--scenario and --out are required")
+    if args.survey:
+        survey(args.scenario, args.seed, args.out, config=config, log=lambda s: print(json.dumps(s), file=sys.stderr))
+        return
     generate(args.scenario, args.seed, args.out, minutes=args.minutes, adverts=args.adverts, config=config,
              log=lambda s: print(json.dumps(s), file=sys.stderr))
 

@@ -154,6 +154,11 @@ impl Registry {
         self.slots.get(slot).and_then(Option::as_ref)
     }
 
+    /// The slot of the device with this deviceaddress.
+    pub fn slot_of_address(&self, address: &str) -> Option<usize> {
+        self.slots.iter().position(|d| d.as_ref().is_some_and(|d| d.deviceaddress == address))
+    }
+
     pub fn key(&self, slot: usize) -> Option<i64> {
         self.keys.get(slot).copied()
     }

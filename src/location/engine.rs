@@ -18,6 +18,12 @@
 //! slowly, noise around the boundary never. When the current zone's receivers are all silent
 //! (no reading from any device: the receiver, not the tag, is gone), the device is held where
 //! it is. No reading from the device for `away_timeout_ms`: it has left (exit, no zone).
+//!
+//! Fingerprints: when every zone of the site map has survey fingerprints (`sitegate survey`),
+//! a zone's signal is instead how well what all receivers hear of the device matches the
+//! zone's best fingerprint (minus the RMS difference in dB, scaled), and the same decision
+//! rule runs on that. Zones without a receiver of their own can then be chosen, and a device
+//! by a door is placed by the whole picture rather than by the nearest receiver.
 
 use std::collections::VecDeque;
 
@@ -62,6 +68,30 @@ const SETTLED_FACTOR_MAX: f64 = 3.0;
 const FULL_EVIDENCE_WEIGHT: f64 = 2.0;
 /// Evidence is integrated over at most this much time between two evaluations.
 const STEP_CAP_MS: i64 = 2_000;
+/// Fingerprint matching: a receiver heard on one side only counts as this much weaker on the
+/// other (a little below where receivers stop hearing tags; -100 and -110 did worse on the
+/// tune traces).
+pub const FINGERPRINT_FLOOR_DBM: f64 = -105.0;
+/// Fingerprint matching: a tag sending stronger or weaker than the survey tag (or worn
+/// differently) shifts every receiver alike; up to this much (dB) of a common shift is not
+/// counted as a difference.
+const FINGERPRINT_SHIFT_MAX_DB: f64 = 6.0;
+/// Fingerprint matching: zone signals are minus the RMS difference times this, so that the
+/// hysteresis and dwell settings mean about as much as with strongest receivers (RMS
+/// differences between zones are some 3-4 times smaller than signal differences).
+const FINGERPRINT_LEAD_SCALE: f64 = 3.5;
+/// Fingerprint matching: no one receiver's difference counts for more than this (dB).
+const FINGERPRINT_GAP_CAP_DB: f64 = 25.0;
+
+fn squared_gap(gap_db: f64) -> f64 {
+    let g = gap_db.abs().min(FINGERPRINT_GAP_CAP_DB);
+    g * g
+}
+
+/// The squared gap between a signal and [`FINGERPRINT_FLOOR_DBM`].
+fn excess(dbm: f64) -> f64 {
+    squared_gap((dbm - FINGERPRINT_FLOOR_DBM).max(0.0))
+}
 
 struct Link {
     /// (time, calibrated dBm), oldest first, within the window.
@@ -97,6 +127,12 @@ pub struct Engine {
     zone_signal: Vec<Option<f64>>,
     /// Scratch: the largest evidence weight of a receiver per zone (see `link_stats`).
     zone_weight: Vec<f64>,
+    /// Per zone, its survey fingerprint (receiver, calibrated dBm); all empty when the site
+    /// map has none, and zones are then compared by their strongest receiver.
+    zone_fingerprints: Vec<Vec<Vec<(usize, f64)>>>,
+    fingerprinted: bool,
+    /// Scratch: the device's signal per receiver (fingerprint matching).
+    heard: Vec<Option<f64>>,
 }
 
 impl Engine {
@@ -112,6 +148,9 @@ impl Engine {
             devices: Vec::new(),
             zone_signal: vec![None; site.zones.len()],
             zone_weight: vec![0.0; site.zones.len()],
+            zone_fingerprints: site.zones.iter().map(|z| z.fingerprints.clone()).collect(),
+            fingerprinted: site.fingerprinted(),
+            heard: vec![None; site.receivers.len()],
         }
     }
 
@@ -180,7 +219,16 @@ impl Engine {
     /// A link's signal (as [`Self::link_signal`]) and how much recent evidence it has: the
     /// sum of its readings' age weights in the window (stale or not).
     fn link_stats(&self, device: usize, receiver: usize, t_ms: i64) -> (Option<f64>, f64) {
-        let Some(Some(link)) = self.devices[device].links.get(receiver) else { return (None, 0.0) };
+        let (mean, weights, fresh) = self.window_stats(device, receiver, t_ms);
+        (mean.filter(|_| fresh), weights)
+    }
+
+    /// The age-weighted mean of a link's readings in the window (stale or not), the sum of
+    /// their weights, and whether the newest is fresh.
+    fn window_stats(&self, device: usize, receiver: usize, t_ms: i64) -> (Option<f64>, f64, bool) {
+        let Some(Some(link)) = self.devices.get(device).and_then(|d| d.links.get(receiver)) else {
+            return (None, 0.0, false);
+        };
         let from = t_ms - self.settings.window_ms as i64;
         let tau = self.settings.smoothing_ms.max(1) as f64;
         let (mut sum, mut weights) = (0.0f64, 0.0f64);
@@ -193,7 +241,7 @@ impl Engine {
             weights += w;
         }
         let fresh = link.readings.back().is_some_and(|(newest, _)| t_ms - newest <= self.settings.stale_ms as i64);
-        ((fresh && weights > 0.0).then(|| sum / weights), weights)
+        ((weights > 0.0).then(|| sum / weights), weights, fresh)
     }
 
     /// Whether a receiver has heard any device within the window.
@@ -201,7 +249,85 @@ impl Engine {
         self.receiver_last_ms[receiver].is_some_and(|s| t_ms - s < self.settings.window_ms as i64)
     }
 
+    /// The device's signal per receiver as a survey sees it: the age-weighted mean of the
+    /// readings in the window, stale or not; `None` where there are none.
+    pub fn link_vector(&self, device: usize, t_ms: i64) -> Vec<Option<f64>> {
+        (0..self.receiver_zone.len()).map(|r| self.window_stats(device, r, t_ms).0).collect()
+    }
+
+    /// Fingerprint matching: each zone's signal is minus the root-mean-square difference (dB)
+    /// between what the receivers hear of the device now and what they heard of the survey
+    /// tag in that zone, over the receivers either side hears. A receiver heard on one side
+    /// only counts as its signal's height above [`FINGERPRINT_FLOOR_DBM`]; receivers that
+    /// hear no device at all (gone silent) are left out on both sides.
+    fn match_fingerprints(&mut self, device: usize, t_ms: i64) -> Option<(usize, f64)> {
+        let mut strongest: Option<(usize, f64)> = None;
+        let (mut heard_sum, mut heard_n, mut weight) = (0.0f64, 0usize, 0.0f64);
+        for r in 0..self.heard.len() {
+            let (signal, w, _) = self.window_stats(device, r, t_ms);
+            self.heard[r] = signal;
+            if let Some(s) = signal {
+                weight = weight.max(w);
+                heard_sum += excess(s);
+                heard_n += 1;
+                if strongest.is_none_or(|(_, v)| s > v) {
+                    strongest = Some((r, s));
+                }
+            }
+        }
+        for zone in 0..self.zone_signal.len() {
+            self.zone_weight[zone] = weight;
+            if heard_n == 0 {
+                self.zone_signal[zone] = None;
+                continue;
+            }
+            let mut best = f64::MAX;
+            for fingerprint in &self.zone_fingerprints[zone] {
+                let (mut acc, mut common) = (0.0f64, 0usize);
+                for &(r, dbm) in fingerprint {
+                    if let Some(s) = self.heard[r] {
+                        acc += s - dbm;
+                        common += 1;
+                    }
+                }
+                let shift = if common >= 2 {
+                    (acc / common as f64).clamp(-FINGERPRINT_SHIFT_MAX_DB, FINGERPRINT_SHIFT_MAX_DB)
+                } else {
+                    0.0
+                };
+                let (mut sum, mut n) = (heard_sum, heard_n);
+                if shift != 0.0 {
+                    sum = self.heard.iter().flatten().map(|s| excess(s - shift)).sum();
+                }
+                for &(r, dbm) in fingerprint {
+                    match self.heard[r] {
+                        Some(s) => sum += squared_gap(s - shift - dbm) - excess(s - shift),
+                        None if self.receiver_alive(r, t_ms) => {
+                            sum += excess(dbm);
+                            n += 1;
+                        }
+                        None => {}
+                    }
+                }
+                best = best.min(sum / n as f64);
+            }
+            self.zone_signal[zone] = Some(-best.max(0.0).sqrt() * FINGERPRINT_LEAD_SCALE);
+        }
+        strongest
+    }
+
     fn decide(&mut self, t_ms: i64, device: usize, out: &mut Vec<Output>) {
+        if self.fingerprinted {
+            let strongest = self.match_fingerprints(device, t_ms);
+            let best = self
+                .zone_signal
+                .iter()
+                .enumerate()
+                .filter_map(|(z, s)| s.map(|s| (z, s)))
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            self.choose(t_ms, device, best, strongest, out);
+            return;
+        }
         // Each zone's signal: its strongest receiver.
         let mut best: Option<(usize, f64)> = None;
         let mut strongest: Option<(usize, f64)> = None;
@@ -226,6 +352,18 @@ impl Engine {
                 best = Some((zone, s));
             }
         }
+        self.choose(t_ms, device, best, strongest, out);
+    }
+
+    /// The decision, from each zone's signal (`zone_signal`, `zone_weight`) and the best zone.
+    fn choose(
+        &mut self,
+        t_ms: i64,
+        device: usize,
+        best: Option<(usize, f64)>,
+        strongest: Option<(usize, f64)>,
+        out: &mut Vec<Output>,
+    ) {
         let settings = &self.settings;
         let current = self.devices[device].zone;
         match current {
@@ -357,7 +495,7 @@ mod tests {
 
     /// Two zones (1 and 2) with a receiver each, "a" and "b"; a third zone with "c".
     fn site() -> Site {
-        let zone = |id: i64| RawZone { id, name: format!("Z{id}"), floor: 1, transit: false };
+        let zone = |id: i64| RawZone { id, name: format!("Z{id}"), floor: 1, transit: false, fingerprints: Vec::new() };
         let rx = |id: &str, zone: i64| RawReceiver {
             id: id.into(),
             zone,
@@ -473,5 +611,52 @@ mod tests {
         };
         assert_eq!((u.zone, u.receiver), (0, 0));
         assert!(u.lon < -90.1 && u.lon > -90.2, "{u:?}");
+    }
+
+    /// Three zones and two receivers ("a" in zone 1, "b" in zone 2); zone 3, between them,
+    /// has none. Each zone has a fingerprint.
+    fn fingerprinted_site() -> Site {
+        let print = |a: f64, b: f64| vec![[("a".to_string(), a), ("b".to_string(), b)].into_iter().collect()];
+        let zone =
+            |id: i64, fingerprints| RawZone { id, name: format!("Z{id}"), floor: 1, transit: false, fingerprints };
+        let rx = |id: &str, zone: i64| RawReceiver {
+            id: id.into(),
+            zone,
+            position: format!("42.5,-90.{zone}"),
+            rssi_offset_db: 0.0,
+        };
+        resolve_site(RawSiteMap {
+            areas: &[RawArea { id: 1, name: "A".into() }],
+            buildings: &[RawBuilding { id: 1, name: "B".into(), area: 1 }],
+            floors: &[RawFloor { id: 1, label: "F".into(), level: 0, building: 1 }],
+            zones: &[zone(1, print(-60.0, -85.0)), zone(2, print(-85.0, -60.0)), zone(3, print(-76.0, -70.0))],
+            receivers: &[rx("a", 1), rx("b", 2)],
+            tag_types: &[],
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn fingerprints_place_a_device_where_no_receiver_is_and_forgive_a_stronger_tag() {
+        let mut e = Engine::new(&fingerprinted_site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 10_000, [-61, -84, -127]);
+        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+        // Between the two: "b" is the stronger, but the signals are zone 3's fingerprint.
+        out.clear();
+        feed(&mut e, &mut out, 10_000, 40_000, [-75, -71, -127]);
+        let d = decisions(&out);
+        assert_eq!(d.iter().map(|(_, e, z)| (*e, *z)).collect::<Vec<_>>(), [("exit", 0), ("enter", 2)], "{d:?}");
+        assert!(d[1].0 <= 20_000, "switched at {} ms", d[1].0);
+        // A tag 5 dB stronger than the survey tag in zone 2 is still in zone 2.
+        out.clear();
+        feed(&mut e, &mut out, 40_000, 70_000, [-80, -55, -127]);
+        let d = decisions(&out);
+        assert_eq!(d.iter().map(|(_, e, z)| (*e, *z)).collect::<Vec<_>>(), [("exit", 2), ("enter", 1)], "{d:?}");
+        // Without fingerprints the same device would never be placed in zone 3.
+        let mut plain = Engine::new(&site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut plain, &mut out, 0, 40_000, [-75, -71, -127]);
+        assert!(decisions(&out).iter().all(|(_, _, z)| *z != 2), "{out:?}");
     }
 }

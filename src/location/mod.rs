@@ -7,4 +7,5 @@ pub mod engine;
 pub mod replay;
 pub mod service;
 pub mod site;
+pub mod survey;
 pub mod trace;

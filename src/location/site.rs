@@ -1,7 +1,7 @@
 //! The site map (areas, buildings, floors, zones, receivers, tag types) and the location
 //! settings, as config.toml describes them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +58,10 @@ pub struct RawZone {
     /// A corridor, hall or stairway: people pass through rather than stay.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transit: bool,
+    /// What the receivers hear of a tag in parts of this zone (calibrated dBm per receiver
+    /// id), as `sitegate survey` measured it; receivers left out did not hear it there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fingerprints: Vec<BTreeMap<String, f64>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -186,6 +190,9 @@ pub struct Zone {
     pub transit: bool,
     /// Indexes of the receivers in this zone.
     pub receivers: Vec<usize>,
+    /// The zone's survey fingerprints, each (receiver index, calibrated dBm) by receiver
+    /// index; none when the site map has none.
+    pub fingerprints: Vec<Vec<(usize, f64)>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -253,6 +260,11 @@ pub struct Site {
 }
 
 impl Site {
+    /// Whether zones are told apart by their survey fingerprints (every zone has one).
+    pub fn fingerprinted(&self) -> bool {
+        !self.zones.is_empty() && self.zones.iter().all(|z| !z.fingerprints.is_empty())
+    }
+
     pub fn receiver(&self, id: &str) -> Option<usize> {
         self.receiver_by_id.get(id).copied()
     }
@@ -326,7 +338,14 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
             .position(|f| f.id == z.floor)
             .ok_or_else(|| err(format!("zones[{i}].floor"), "is not the id of a [[floors]] entry"))?;
         site.zone_by_id.insert(z.id, site.zones.len());
-        site.zones.push(Zone { id: z.id, name: z.name.clone(), floor, transit: z.transit, receivers: Vec::new() });
+        site.zones.push(Zone {
+            id: z.id,
+            name: z.name.clone(),
+            floor,
+            transit: z.transit,
+            receivers: Vec::new(),
+            fingerprints: Vec::new(),
+        });
     }
     if raw.receivers.len() > limits::LOCATION_RECEIVERS_MAX {
         return Err(err("receivers".into(), &format!("at most {} receivers", limits::LOCATION_RECEIVERS_MAX)));
@@ -353,6 +372,7 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
         site.zones[zone].receivers.push(index);
         site.receivers.push(Receiver { id: r.id.clone(), zone, lat, lon, rssi_offset_db: r.rssi_offset_db });
     }
+    resolve_fingerprints(raw.zones, &mut site)?;
     for (i, t) in raw.tag_types.iter().enumerate() {
         check_id("tag_types", i, t.id, site.tag_types.iter().map(|x| x.id))?;
         if !name_ok(&t.title) {
@@ -371,6 +391,54 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
     }
     Ok(site)
 }
+
+/// Zone fingerprints: receivers of the site map, plausible signals, and every zone or none
+/// (the engine compares zones by one measure or the other, not both).
+fn resolve_fingerprints(raw: &[RawZone], site: &mut Site) -> Result<(), ConfigError> {
+    let with = raw.iter().filter(|z| !z.fingerprints.is_empty()).count();
+    if with == 0 {
+        return Ok(());
+    }
+    for (i, z) in raw.iter().enumerate() {
+        let key = format!("zones[{i}].fingerprints");
+        if z.fingerprints.is_empty() {
+            return Err(ConfigError::new(
+                key,
+                format!("are missing: {with} other zones have them, and then every zone needs them (sitegate survey)"),
+            ));
+        }
+        if z.fingerprints.len() > limits::LOCATION_FINGERPRINTS_PER_ZONE_MAX {
+            return Err(ConfigError::new(key, format!("at most {}", limits::LOCATION_FINGERPRINTS_PER_ZONE_MAX)));
+        }
+        let mut fingerprints = Vec::with_capacity(z.fingerprints.len());
+        for (j, raw_fingerprint) in z.fingerprints.iter().enumerate() {
+            let key = format!("{key}[{j}]");
+            if raw_fingerprint.is_empty() {
+                return Err(ConfigError::new(key, "is empty: give at least one receiver's signal".to_string()));
+            }
+            let mut fingerprint = Vec::with_capacity(raw_fingerprint.len());
+            for (id, &dbm) in raw_fingerprint {
+                let receiver = site.receiver(id).ok_or_else(|| {
+                    ConfigError::new(key.clone(), format!("{id:?} is not the id of a [[receivers]] entry"))
+                })?;
+                if !dbm.is_finite() || !(FINGERPRINT_DBM_MIN..=0.0).contains(&dbm) {
+                    return Err(ConfigError::new(
+                        key,
+                        format!("{id:?}: {dbm} is not a signal from {FINGERPRINT_DBM_MIN} to 0 dBm"),
+                    ));
+                }
+                fingerprint.push((receiver, dbm));
+            }
+            fingerprint.sort_by_key(|(r, _)| *r);
+            fingerprints.push(fingerprint);
+        }
+        site.zones[i].fingerprints = fingerprints;
+    }
+    Ok(())
+}
+
+/// The weakest signal a fingerprint may hold (dBm).
+pub const FINGERPRINT_DBM_MIN: f64 = -130.0;
 
 fn check_id(section: &str, i: usize, id: i64, seen: impl Iterator<Item = i64>) -> Result<(), ConfigError> {
     let key = format!("{section}[{i}].id");

@@ -300,3 +300,147 @@ fn replay_into_the_database() {
     let out = cli_with_config(&config, &["replay", "--trace", trace.to_str().unwrap(), "--store"]);
     assert_eq!(out.status.code(), Some(64));
 }
+
+/// The site of `SITE` with a third zone between the two, without a receiver of its own,
+/// and the fingerprint lines `sitegate survey` printed put into each zone.
+fn site_with_storage(fingerprints: &std::collections::HashMap<i64, String>) -> String {
+    let storage = "\n[[zones]]\nid = 23\nname = \"Storage\"\nfloor = 100\n\n[[receivers]]";
+    let mut site = SITE.replacen("\n[[receivers]]", storage, 1);
+    for (zone, lines) in fingerprints {
+        let at = format!("[[zones]]\nid = {zone}\n");
+        site = site.replacen(&at, &format!("{at}{lines}\n"), 1);
+    }
+    site
+}
+
+#[test]
+fn a_survey_gives_zones_fingerprints_that_place_people_where_no_receiver_is() {
+    let dir = test_dir("a_survey_gives_zones_fingerprints_that_place_people_where_no_receiver_is");
+    std::fs::write(dir.join("site.toml"), site_with_storage(&Default::default())).unwrap();
+    std::fs::write(
+        dir.join("devices.csv"),
+        format!(
+            "deviceaddress,deviceid,label,tagtype,beacon,contactid\n9/9/1,,Survey tag,1,ibeacon:{UUID}/5/90,\n\
+             5/1/22,,Badge,1,ibeacon:{UUID}/5/22,\n"
+        ),
+    )
+    .unwrap();
+    // The survey: a minute in the kitchen, the office and the storage room, where rx-a and
+    // rx-b hear the tag about equally (rx-b a little louder). Marks in both time formats.
+    let t0 = 1_763_700_000_000i64;
+    let levels = [(21, -60, -84), (22, -84, -60), (23, -75, -71)];
+    let mut lines = Vec::new();
+    for (k, (_, a, b)) in levels.iter().enumerate() {
+        for i in 0..120 {
+            let t = t0 + (k as i64 * 60 + i / 2) * 1_000 + (i % 2) * 500;
+            let wobble = [0, 2, -1, 1, -2][(i % 5) as usize];
+            lines.push(advert(t, "rx-a", 90, a + wobble));
+            lines.push(advert(t + 7, "rx-b", 90, b - wobble));
+        }
+    }
+    std::fs::write(dir.join("survey.jsonl"), lines.join("\n") + "\n").unwrap();
+    std::fs::write(
+        dir.join("marks.csv"),
+        format!(
+            "zoneid,from,until\n# the kitchen (also noted, wrongly, before the recording began), then the office\n\
+             21,{},{}\n21,{t0},{}\n22,2025-11-21T04:41:00Z,2025-11-21T04:41:59Z\n23,{},{}\n",
+            t0 - 600_000,
+            t0 - 500_000,
+            t0 + 59_999,
+            t0 + 120_000,
+            t0 + 179_999
+        ),
+    )
+    .unwrap();
+    let survey = |marks: &str| {
+        sitegate()
+            .current_dir(&dir)
+            .args(["survey", "--config", "site.toml", "--trace", "survey.jsonl", "--marks", marks])
+            .args(["--device", "9/9/1", "--devices", "devices.csv"])
+            .output()
+            .unwrap()
+    };
+    let out = survey("marks.csv");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    // Each zone's fingerprints, as lines to paste into its [[zones]] entry.
+    let mut fingerprints = std::collections::HashMap::new();
+    let mut zone = None;
+    for line in printed.lines() {
+        if let Some(rest) = line.strip_prefix("# zone ") {
+            zone = rest.split_whitespace().next().and_then(|z| z.parse::<i64>().ok());
+        } else if let Some(z) = zone.filter(|_| !line.starts_with('#')) {
+            let lines: &mut String = fingerprints.entry(z).or_default();
+            lines.push_str(line);
+            lines.push('\n');
+        }
+    }
+    assert_eq!(fingerprints.len(), 3, "{printed}");
+    // 52 s of each one-minute mark are sampled (from one 8 s window after its start): 20 s
+    // stretches (a last one under 10 s would join the one before), each a fingerprint.
+    assert!(printed.contains("# zone 23 \"Storage\": 52 s sampled, 3 fingerprints"), "{printed}");
+    let storage = &fingerprints[&23];
+    let value = |rx: &str| -> f64 {
+        let at = storage.find(&format!("\"{rx}\" = ")).unwrap_or_else(|| panic!("{storage}")) + rx.len() + 5;
+        storage[at..].split([',', ' ']).next().unwrap().parse().unwrap()
+    };
+    // rx-b's offset (2 dB) is part of the calibrated signal.
+    assert!((value("rx-a") + 75.0).abs() <= 1.0 && (value("rx-b") + 69.0).abs() <= 1.0, "{storage}");
+
+    // A badge walks kitchen, storage, office. With the fingerprints the engine places it in the
+    // storage room; with only receivers it cannot (the office's rx-b is the strongest there).
+    let mut walk = Vec::new();
+    for i in 0..240 {
+        let t = t0 + 1_000_000 + i * 500;
+        let (a, b) = match i {
+            0..60 => (-61, -83),
+            60..180 => (-74, -72),
+            _ => (-83, -61),
+        };
+        walk.push(advert(t, "rx-a", 22, a));
+        walk.push(advert(t + 3, "rx-b", 22, b));
+    }
+    std::fs::write(dir.join("walk.jsonl"), walk.join("\n") + "\n").unwrap();
+    let zones_entered = |site: &str| -> Vec<i64> {
+        let out = sitegate()
+            .current_dir(&dir)
+            .args(["replay", "--config", site, "--trace", "walk.jsonl", "--devices", "devices.csv"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|d| d["event"] == "enter")
+            .map(|d| d["zoneid"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(zones_entered("site.toml"), [21, 22]);
+    std::fs::write(dir.join("surveyed.toml"), site_with_storage(&fingerprints)).unwrap();
+    assert_eq!(zones_entered("surveyed.toml"), [21, 23, 22]);
+    // check-config accepts the surveyed site map and writes it back whole.
+    let out = sitegate().current_dir(&dir).args(["check-config", "--config", "surveyed.toml"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(dir.join("rewritten.toml"), &out.stdout).unwrap();
+    assert_eq!(zones_entered("rewritten.toml"), [21, 23, 22]);
+
+    // Fingerprints for some zones only: refused, naming the zone that has none.
+    let mut partial = fingerprints.clone();
+    partial.remove(&22);
+    std::fs::write(dir.join("partial.toml"), site_with_storage(&partial)).unwrap();
+    let out = sitegate().current_dir(&dir).args(["check-config", "--config", "partial.toml"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("zones[1].fingerprints"), "{stderr}");
+    // A fingerprint naming a receiver the site map does not have: refused.
+    std::fs::write(dir.join("unknown.toml"), site_with_storage(&fingerprints).replacen("\"rx-a\" =", "\"rx-z\" =", 1))
+        .unwrap();
+    let out = sitegate().current_dir(&dir).args(["check-config", "--config", "unknown.toml"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("\"rx-z\" is not the id of a [[receivers]] entry"), "{stderr}");
+    // Marks naming a zone the site map does not have: refused with the line, status 65.
+    std::fs::write(dir.join("bad-marks.csv"), format!("21,{t0},{}\n99,{t0},{}\n", t0 + 1_000, t0 + 1_000)).unwrap();
+    let out = survey("bad-marks.csv");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{stderr}");
+    assert!(stderr.contains("line 2: \"99\" is not the id of a zone"), "{stderr}");
+}
