@@ -362,10 +362,9 @@ fn run_survey(s: cli::Survey) -> Result<(), Failure> {
         .map_err(|e| Failure::Data(format!("{}: {e}", s.trace.display())))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    location::survey::write_fingerprints(&config.site_map, &zones, &mut out)
-        .and_then(|()| std::io::Write::flush(&mut out))
+    let missing = location::survey::write_fingerprints(&config.site_map, &zones, &mut out)
+        .and_then(|missing| std::io::Write::flush(&mut out).map(|()| missing))
         .map_err(|e| Failure::Data(format!("standard output: {e}")))?;
-    let missing = config.site_map.zones.iter().zip(&zones).filter(|(_, z)| z.fingerprints().is_empty()).count();
     if missing > 0 {
         eprintln!(
             "sitegate: {missing} zones have no fingerprint; the engine uses fingerprints only when every zone has one"

@@ -493,24 +493,28 @@ mod tests {
     use super::*;
     use crate::location::site::{RawArea, RawBuilding, RawFloor, RawReceiver, RawSiteMap, RawZone, resolve_site};
 
-    /// Two zones (1 and 2) with a receiver each, "a" and "b"; a third zone with "c".
-    fn site() -> Site {
-        let zone = |id: i64| RawZone { id, name: format!("Z{id}"), floor: 1, transit: false, fingerprints: Vec::new() };
-        let rx = |id: &str, zone: i64| RawReceiver {
-            id: id.into(),
-            zone,
-            position: format!("42.5,-90.{zone}"),
-            rssi_offset_db: 0.0,
-        };
+    /// A receiver in `zone`, placed by the zone's id.
+    fn rx(id: &str, zone: i64) -> RawReceiver {
+        RawReceiver { id: id.into(), zone, position: format!("42.5,-90.{zone}"), rssi_offset_db: 0.0 }
+    }
+
+    /// One area, building and floor holding `zones` and `receivers`.
+    fn site_of(zones: &[RawZone], receivers: &[RawReceiver]) -> Site {
         resolve_site(RawSiteMap {
             areas: &[RawArea { id: 1, name: "A".into() }],
             buildings: &[RawBuilding { id: 1, name: "B".into(), area: 1 }],
             floors: &[RawFloor { id: 1, label: "F".into(), level: 0, building: 1 }],
-            zones: &[zone(1), zone(2), zone(3)],
-            receivers: &[rx("a", 1), rx("b", 2), rx("c", 3)],
+            zones,
+            receivers,
             tag_types: &[],
         })
         .unwrap()
+    }
+
+    /// Two zones (1 and 2) with a receiver each, "a" and "b"; a third zone with "c".
+    fn site() -> Site {
+        let zone = |id: i64| RawZone { id, name: format!("Z{id}"), floor: 1, transit: false, fingerprints: Vec::new() };
+        site_of(&[zone(1), zone(2), zone(3)], &[rx("a", 1), rx("b", 2), rx("c", 3)])
     }
 
     fn decisions(out: &[Output]) -> Vec<(i64, &'static str, usize)> {
@@ -619,21 +623,10 @@ mod tests {
         let print = |a: f64, b: f64| vec![[("a".to_string(), a), ("b".to_string(), b)].into_iter().collect()];
         let zone =
             |id: i64, fingerprints| RawZone { id, name: format!("Z{id}"), floor: 1, transit: false, fingerprints };
-        let rx = |id: &str, zone: i64| RawReceiver {
-            id: id.into(),
-            zone,
-            position: format!("42.5,-90.{zone}"),
-            rssi_offset_db: 0.0,
-        };
-        resolve_site(RawSiteMap {
-            areas: &[RawArea { id: 1, name: "A".into() }],
-            buildings: &[RawBuilding { id: 1, name: "B".into(), area: 1 }],
-            floors: &[RawFloor { id: 1, label: "F".into(), level: 0, building: 1 }],
-            zones: &[zone(1, print(-60.0, -85.0)), zone(2, print(-85.0, -60.0)), zone(3, print(-76.0, -70.0))],
-            receivers: &[rx("a", 1), rx("b", 2)],
-            tag_types: &[],
-        })
-        .unwrap()
+        site_of(
+            &[zone(1, print(-60.0, -85.0)), zone(2, print(-85.0, -60.0)), zone(3, print(-76.0, -70.0))],
+            &[rx("a", 1), rx("b", 2)],
+        )
     }
 
     #[test]

@@ -139,9 +139,8 @@ pub fn survey(
         if seconds <= 0 {
             continue;
         }
-        let stretches = (seconds + stretch_s / 2) / stretch_s;
+        let stretches = ((seconds + stretch_s / 2) / stretch_s).max(1);
         let base = zones[m.zone].stretches.len();
-        let stretches = stretches.max(1);
         zones[m.zone].stretches.extend((0..stretches).map(|_| Stretch::new(receivers)));
         for i in 0..seconds {
             if samples.len() >= limits::SURVEY_SAMPLES_MAX {
@@ -177,9 +176,11 @@ pub fn survey(
     Ok(zones)
 }
 
-/// Writes the fingerprints as lines for the site map's `[[zones]]` entries.
-pub fn write_fingerprints(site: &Site, zones: &[ZoneSurvey], out: &mut impl Write) -> io::Result<()> {
+/// Writes the fingerprints as lines for the site map's `[[zones]]` entries; returns how many
+/// zones got none.
+pub fn write_fingerprints(site: &Site, zones: &[ZoneSurvey], out: &mut impl Write) -> io::Result<usize> {
     writeln!(out, "# sitegate survey: put the fingerprints of each zone into its [[zones]] entry.")?;
+    let mut missing = 0;
     for (z, survey) in site.zones.iter().zip(zones) {
         let fingerprints = survey.fingerprints();
         writeln!(
@@ -192,6 +193,7 @@ pub fn write_fingerprints(site: &Site, zones: &[ZoneSurvey], out: &mut impl Writ
         )?;
         if fingerprints.is_empty() {
             writeln!(out, "# (none: not surveyed, or no receiver heard the tag there)")?;
+            missing += 1;
             continue;
         }
         writeln!(out, "fingerprints = [")?;
@@ -202,5 +204,5 @@ pub fn write_fingerprints(site: &Site, zones: &[ZoneSurvey], out: &mut impl Writ
         }
         writeln!(out, "]")?;
     }
-    Ok(())
+    Ok(missing)
 }
