@@ -698,6 +698,7 @@ impl Config {
                     name: z.name.clone(),
                     floor: self.site_map.floors[z.floor].id,
                     transit: z.transit,
+                    adjacent: z.adjacent.iter().map(|&a| self.site_map.zones[a].id).collect(),
                     fingerprints: z
                         .fingerprints
                         .iter()

@@ -218,6 +218,10 @@ pub const LOCATION_ID_MAX: i64 = 2_147_483_647;
 pub const LOCATION_DEVICES_MAX: usize = 100_000;
 /// Readings kept per device and receiver (within the window).
 pub const LOCATION_READINGS_PER_LINK_MAX: usize = 64;
+/// Zones one zone may list as `adjacent` in the site map.
+pub const LOCATION_ADJACENT_ZONES_MAX: usize = 64;
+/// The most zones a site map may hold (the engine keeps a little evidence per device and zone).
+pub const LOCATION_ZONES_MAX: usize = 1_000;
 /// Fingerprints of one zone in the site map (`sitegate survey` writes one per
 /// `SURVEY_FINGERPRINT_S` of a zone's survey).
 pub const LOCATION_FINGERPRINTS_PER_ZONE_MAX: usize = 64;

@@ -1186,6 +1186,28 @@ def run_radio(path, emitters, receivers, rmap, radio, loss_p, rng, start_ms, dur
     return written, end_s
 
 
+def walking_graph(layout):
+    """{zone: set of zones} a person walks into straight from it: through a doorway, or
+    through spaces that are no zone (a stairwell); the street does not count."""
+    zone_of = {s.name: s.zone for s in layout.spaces}
+    out = {z: set() for z in zone_of.values() if z is not None}
+    for s in layout.spaces:
+        if s.zone is None:
+            continue
+        seen, todo = {s.name}, [s.name]
+        while todo:
+            for ln in layout.links_of.get(todo.pop(), []):
+                for n in (ln.a, ln.b):
+                    if n in seen or n == "outside":
+                        continue
+                    seen.add(n)
+                    if zone_of[n] is None:
+                        todo.append(n)
+                    else:
+                        out[s.zone].add(zone_of[n])
+    return out
+
+
 def write_site(path, config, name, seed, layout, receivers):
     L = []
     L.append(f"# Site map for the zone engine benchmark: scenario {name}, seed {seed} (bench/location/sim.py).")
@@ -1197,9 +1219,12 @@ def write_site(path, config, name, seed, layout, receivers):
     L.append("[[buildings]]\nid = 1\nname = \"Main building\"\narea = 1\n")
     for fl in layout.floors:
         L.append(f"[[floors]]\nid = {fl['id']}\nlabel = \"{fl['label']}\"\nlevel = {fl['level']}\nbuilding = 1\n")
+    adjacent = walking_graph(layout)
     for s in sorted((s for s in layout.spaces if s.zone is not None), key=lambda s: s.zone):
         transit = "transit = true\n" if s.name in layout.corridors else ""
-        L.append(f"[[zones]]\nid = {s.zone}\nname = \"{s.name}\"\nfloor = {s.floor}\n{transit}")
+        later = sorted(z for z in adjacent[s.zone] if z > s.zone)
+        adj = f"adjacent = {later}\n" if later else ""
+        L.append(f"[[zones]]\nid = {s.zone}\nname = \"{s.name}\"\nfloor = {s.floor}\n{transit}{adj}")
     for r in receivers:
         L.append(f"[[receivers]]\nid = \"{r.id}\"\nzone = {r.zone}\nposition = \"{latlon(config, r.x, r.y)}\"\n"
                  f"rssi_offset_db = {r.written_offset}\n")

@@ -58,6 +58,10 @@ pub struct RawZone {
     /// A corridor, hall or stairway: people pass through rather than stay.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transit: bool,
+    /// Zones a person can walk into straight from this one (through a door, an opening or
+    /// stairs), by id; it is enough that one of the two zones lists the other.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adjacent: Vec<i64>,
     /// What the receivers hear of a tag in parts of this zone (calibrated dBm per receiver
     /// id), as `sitegate survey` measured it; receivers left out did not hear it there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -188,6 +192,8 @@ pub struct Zone {
     pub name: String,
     pub floor: usize,
     pub transit: bool,
+    /// Indexes of the zones a person can walk into straight from this one (both ways).
+    pub adjacent: Vec<usize>,
     /// Indexes of the receivers in this zone.
     pub receivers: Vec<usize>,
     /// The zone's survey fingerprints, each (receiver index, calibrated dBm) by receiver
@@ -327,6 +333,9 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
             .ok_or_else(|| err(format!("floors[{i}].building"), "is not the id of a [[buildings]] entry"))?;
         site.floors.push(Floor { id: f.id, label: f.label.clone(), level: f.level, building });
     }
+    if raw.zones.len() > limits::LOCATION_ZONES_MAX {
+        return Err(err("zones".into(), &format!("at most {} zones", limits::LOCATION_ZONES_MAX)));
+    }
     for (i, z) in raw.zones.iter().enumerate() {
         check_id("zones", i, z.id, site.zones.iter().map(|x| x.id))?;
         if !name_ok(&z.name) {
@@ -343,6 +352,7 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
             name: z.name.clone(),
             floor,
             transit: z.transit,
+            adjacent: Vec::new(),
             receivers: Vec::new(),
             fingerprints: Vec::new(),
         });
@@ -372,6 +382,7 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
         site.zones[zone].receivers.push(index);
         site.receivers.push(Receiver { id: r.id.clone(), zone, lat, lon, rssi_offset_db: r.rssi_offset_db });
     }
+    resolve_adjacency(raw.zones, &mut site)?;
     resolve_fingerprints(raw.zones, &mut site)?;
     for (i, t) in raw.tag_types.iter().enumerate() {
         check_id("tag_types", i, t.id, site.tag_types.iter().map(|x| x.id))?;
@@ -390,6 +401,32 @@ pub fn resolve_site(raw: RawSiteMap<'_>) -> Result<Site, ConfigError> {
         site.tag_types.push(TagType { id: t.id, title: t.title.clone(), alarm });
     }
     Ok(site)
+}
+
+/// The walking graph: each `adjacent` entry links two zones both ways.
+fn resolve_adjacency(raw: &[RawZone], site: &mut Site) -> Result<(), ConfigError> {
+    for (i, z) in raw.iter().enumerate() {
+        if z.adjacent.len() > limits::LOCATION_ADJACENT_ZONES_MAX {
+            return Err(ConfigError::new(
+                format!("zones[{i}].adjacent"),
+                format!("at most {}", limits::LOCATION_ADJACENT_ZONES_MAX),
+            ));
+        }
+        for (j, id) in z.adjacent.iter().enumerate() {
+            let key = format!("zones[{i}].adjacent[{j}]");
+            let other =
+                site.zone(*id).ok_or_else(|| ConfigError::new(key.clone(), "is not the id of a [[zones]] entry"))?;
+            if other == i {
+                return Err(ConfigError::new(key, "is the zone itself"));
+            }
+            for (a, b) in [(i, other), (other, i)] {
+                if !site.zones[a].adjacent.contains(&b) {
+                    site.zones[a].adjacent.push(b);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Zone fingerprints: receivers of the site map, plausible signals, and every zone or none

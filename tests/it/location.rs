@@ -444,3 +444,41 @@ fn a_survey_gives_zones_fingerprints_that_place_people_where_no_receiver_is() {
     assert_eq!(out.status.code(), Some(65), "{stderr}");
     assert!(stderr.contains("line 2: \"99\" is not the id of a zone"), "{stderr}");
 }
+
+#[test]
+fn check_config_keeps_the_walking_graph_and_refuses_a_broken_one() {
+    let dir = test_dir("check_config_keeps_the_walking_graph_and_refuses_a_broken_one");
+    let check = |name: &str, site: String| {
+        std::fs::write(dir.join(name), site).unwrap();
+        sitegate().current_dir(&dir).args(["check-config", "--config", name]).output().unwrap()
+    };
+    let kitchen = "[[zones]]\nid = 21\nname = \"Kitchen\"\nfloor = 100\n";
+    // The kitchen opens onto the office and the storage room; the office lists nothing.
+    let out = check(
+        "graph.toml",
+        site_with_storage(&Default::default()).replacen(kitchen, &format!("{kitchen}adjacent = [22, 23]\n"), 1),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Written back resolved: every zone lists its neighbours, both ways.
+    let written = String::from_utf8_lossy(&out.stdout);
+    let written: toml::Table = toml::from_str(&written).unwrap();
+    let zone_adjacent = |id: i64| -> Vec<i64> {
+        let zones = written["zones"].as_array().unwrap();
+        let zone = zones.iter().find(|z| z["id"].as_integer() == Some(id)).unwrap();
+        zone.get("adjacent")
+            .and_then(|a| a.as_array())
+            .map_or(Vec::new(), |a| a.iter().filter_map(|v| v.as_integer()).collect())
+    };
+    assert_eq!(zone_adjacent(21), [22, 23]);
+    assert_eq!(zone_adjacent(22), [21]);
+    assert_eq!(zone_adjacent(23), [21]);
+    // An unknown zone, and the zone itself: refused, naming the entry.
+    for (list, error) in [
+        ("[22, 99]", "`zones[0].adjacent[1]`: is not the id of a [[zones]] entry"),
+        ("[21]", "`zones[0].adjacent[0]`: is the zone itself"),
+    ] {
+        let out = check("bad.toml", SITE.replacen(kitchen, &format!("{kitchen}adjacent = {list}\n"), 1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(error), "{list}: {stderr}");
+    }
+}
