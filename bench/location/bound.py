@@ -16,7 +16,10 @@ With --survey, each seed's site is also surveyed (`sitegate survey`, as `evaluat
 does) and every sample is placed, too, by the engine's fingerprint match of the mean signal
 each receiver has of the tag (the tag's own power, the receiver's multipath field, residual
 offset and the mean body loss; receivers the mean leaves below sensitivity unheard): how often
-fingerprint matching would be right if smoothing took all the noise away.
+fingerprint matching would be right if smoothing took all the noise away. That is not a
+strict bound: a survey's fingerprint holds receivers heard only on favourable fades, at their
+heard (higher) mean, where the mean signal leaves them unheard; on far receivers (the other
+floor) that makes the noise-free match worse than the engine.
 """
 
 import argparse
