@@ -18,9 +18,9 @@
 //! fast, a marginal one slowly, noise around the boundary never. When the site map says which
 //! zones are `adjacent` (a door, an opening, stairs), a challenger the device cannot walk into
 //! straight away starts below zero, by `WALK_HOP_DB_S` per step further: the room behind a
-//! wall must lead longer than the corridor both open onto. When the current zone's receivers are all silent
-//! (no reading from any device: the receiver, not the tag, is gone), the device is held where
-//! it is. No reading from the device for `away_timeout_ms`: it has left (exit, no zone).
+//! wall must lead longer than the corridor both open onto. When the current zone's receivers
+//! are all silent (no reading from any device: the receiver, not the tag, is gone), the
+//! device is held where it is. No reading from the device for `away_timeout_ms`: it has left (exit, no zone).
 //!
 //! Fingerprints: when every zone of the site map has survey fingerprints (`sitegate survey`),
 //! a zone's signal is instead how well what all receivers hear of the device matches the
