@@ -3,7 +3,7 @@
 judged from the mean signal without any noise, is the true zone.
 
     python3 bench/location/bound.py [--set tune|heldout] [--scenarios office,doorways]
-        [--survey --bin target/release/sitegate]
+        [--survey --bin target/release/sitegate] [--clean-survey 20,5]
 
 For every tag, every 0.5 s it is present, the true zone is compared with the zone of the
 receiver of the highest mean path gain G (walls, floors and distance), once with each
@@ -20,6 +20,11 @@ fingerprint matching would be right if smoothing took all the noise away. That i
 strict bound: a survey's fingerprint holds receivers heard only on favourable fades, at their
 heard (higher) mean, where the mean signal leaves them unheard; on far receivers (the other
 floor) that makes the noise-free match worse than the engine.
+
+With --clean-survey W1,W2,..., the same match against fingerprints of a survey without noise:
+the survey walk's mean signal every 0.5 s, one fingerprint per W seconds spent in a zone (the
+mean of those samples; receivers heard in under half of them left out). How far fingerprints
+could go if the survey itself were free of noise, and how much finer stretches would give.
 """
 
 import argparse
@@ -76,7 +81,6 @@ def score(emitters, receivers, rmap, end_s, prints=None):
     flat = sim.RadioMap(layout, receivers, {**RADIO, "multipath_db": 0.0})
     zone_rx = {r.zone for r in receivers}
     total = right = right_flat = norx = right_fp = 0.0
-    body_mean = RADIO.get("body_loss_db", 0.0) / 2
     for e in emitters:
         if e.traj is None:
             continue
@@ -92,12 +96,7 @@ def score(emitters, receivers, rmap, end_s, prints=None):
                     continue
                 total += STEP_S
                 if prints:
-                    heard = {}
-                    for idx, g, *_ in rmap.links(x, y, z):
-                        r = receivers[idx]
-                        p = e.p1m + g - body_mean
-                        if p >= RADIO["sensitivity_dbm"]:
-                            heard[r.id] = p + r.offset + r.written_offset
+                    heard = mean_heard(e, receivers, rmap, x, y, z)
                     if heard and match(heard, prints) == truth:
                         right_fp += STEP_S
                 if truth not in zone_rx:
@@ -127,15 +126,80 @@ def survey_prints(binary, name, seed, config, d):
     return {zone: tomllib.loads(text)["fingerprints"] for zone, text in out.items()}
 
 
-def run(name, seed, config, binary=None):
+def mean_heard(e, receivers, rmap, x, y, z):
+    """{receiver id: dBm}: the mean signal of emitter e at a point, as the receivers write it."""
+    heard = {}
+    for idx, g, *_ in rmap.links(x, y, z):
+        r = receivers[idx]
+        p = e.p1m + g - RADIO.get("body_loss_db", 0.0) / 2
+        if p >= RADIO["sensitivity_dbm"]:
+            heard[r.id] = p + r.offset + r.written_offset
+    return heard
+
+
+def clean_survey_samples(name, seed, config, d):
+    """[(zone or None, {receiver id: dBm})] every STEP_S of a survey walk, without noise."""
+    out = []
+
+    def capture(path, emitters, receivers, rmap, radio, loss_p, rng, start_ms, dur_s, target=None):
+        RADIO.clear()
+        RADIO.update(radio)
+        e = emitters[0]
+        for seg in e.traj.segs:
+            t = math.ceil(seg[0] / STEP_S) * STEP_S
+            while t < seg[1]:
+                x, y, z = position(seg, t)
+                out.append((rmap.L.zone_at(x, y, z), mean_heard(e, receivers, rmap, x, y, z)))
+                t += STEP_S
+        return 0, dur_s
+
+    real = sim.run_radio
+    sim.run_radio = capture
+    try:
+        sim.survey(name, seed, os.path.join(d, "clean-survey"), config=config)
+    finally:
+        sim.run_radio = real
+    return out
+
+
+def clean_prints(samples, window_s):
+    """{zone: [{receiver id: dBm}]}: one fingerprint per window_s seconds spent in a zone."""
+    prints, group, zone = {}, [], None
+    per = max(1, round(window_s / STEP_S))
+
+    def flush():
+        if zone is None or not group:
+            return
+        sums, counts = {}, {}
+        for heard in group:
+            for r, v in heard.items():
+                sums[r] = sums.get(r, 0.0) + v
+                counts[r] = counts.get(r, 0) + 1
+        fp = {r: sums[r] / counts[r] for r in sums if counts[r] >= 0.5 * len(group)}
+        if fp:
+            prints.setdefault(zone, []).append(fp)
+
+    for z, heard in samples:
+        if z != zone or len(group) >= per:
+            flush()
+            group, zone = [], z
+        if heard:
+            group.append(heard)
+    flush()
+    return prints
+
+
+def run(name, seed, config, binary=None, windows=()):
     out = {}
     with tempfile.TemporaryDirectory() as d:
         prints = survey_prints(binary, name, seed, config, d) if binary else None
+        clean = clean_survey_samples(name, seed, config, d) if windows else None
 
         def capture(path, emitters, receivers, rmap, radio, loss_p, rng, start_ms, dur_s, target=None):
             RADIO.clear()
             RADIO.update(radio)
             out["r"] = score(emitters, receivers, rmap, dur_s, prints)
+            out["clean"] = [score(emitters, receivers, rmap, dur_s, clean_prints(clean, w))[4] for w in windows]
             return 0, dur_s
 
         real = sim.run_radio
@@ -144,7 +208,7 @@ def run(name, seed, config, binary=None):
             sim.generate(name, seed, os.path.join(d, "trace"), config=config)
         finally:
             sim.run_radio = real
-    return out["r"]
+    return (*out["r"], *out["clean"])
 
 
 def main():
@@ -153,27 +217,34 @@ def main():
     ap.add_argument("--scenarios")
     ap.add_argument("--survey", action="store_true", help="also bound fingerprint matching (needs --bin)")
     ap.add_argument("--bin", help="the sitegate binary that runs `sitegate survey`")
+    ap.add_argument("--clean-survey", metavar="W,...",
+                    help="also match against fingerprints of a noise-free survey, one per W seconds")
     args = ap.parse_args()
     if args.survey and not args.bin:
         ap.error("--survey needs --bin")
+    windows = [float(w) for w in args.clean_survey.split(",")] if args.clean_survey else []
     binary = os.path.abspath(args.bin) if args.survey else None
     config = sim.load_config()
     seeds = config[args.set]
     names = args.scenarios.split(",") if args.scenarios else [
         k for k, v in config["scenarios"].items() if v.get("scored", True)]
     fp_head, fp_rule = (" fingerprints % |", "---|") if binary else ("", "")
+    fp_head += "".join(f" clean survey, {w:g} s % |" for w in windows)
+    fp_rule += "---|" * len(windows)
     print(f"| scenario | multipath kept % | no multipath % | room without receiver % |{fp_head}")
     print(f"|---|---|---|---|{fp_rule}")
+    n = 5 + len(windows)
+    columns = [1, 2, 3] + ([4] if binary else []) + list(range(5, n))
 
     def row(label, acc):
-        cells = [100 * acc[i] / acc[0] for i in (1, 2, 3)] + ([100 * acc[4] / acc[0]] if binary else [])
+        cells = [100 * acc[i] / acc[0] for i in columns]
         print(f"| {label} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
 
-    tot = [0.0] * 5
+    tot = [0.0] * n
     for name in names:
-        acc = [0.0] * 5
+        acc = [0.0] * n
         for seed in seeds:
-            for i, v in enumerate(run(name, seed, config, binary)):
+            for i, v in enumerate(run(name, seed, config, binary, windows)):
                 acc[i] += v
         tot = [a + b for a, b in zip(tot, acc)]
         row(name, acc)
