@@ -75,6 +75,10 @@ const FULL_EVIDENCE_WEIGHT: f64 = 2.0;
 const TRANSIT_HYSTERESIS_FACTOR: f64 = 1.5;
 /// Evidence is integrated over at most this much time between two evaluations.
 const STEP_CAP_MS: i64 = 2_000;
+/// A device in a zone is decided on again at most this often: the receivers that hear one
+/// advert report it within a few tens of milliseconds, and deciding after each report would
+/// weigh all of them again each time.
+const DECIDE_INTERVAL_MS: i64 = 250;
 /// Fingerprint matching: a receiver heard on one side only counts as this much weaker on the
 /// other (a little below where receivers stop hearing tags; -100 and -110 did worse on the
 /// tune traces).
@@ -256,9 +260,12 @@ impl Engine {
             state.last_eval_ms = t_ms;
         }
         state.last_ms = Some(t_ms);
+        let due = state.zone.is_none() || t_ms - state.last_eval_ms >= DECIDE_INTERVAL_MS;
         let seen = &mut self.receiver_last_ms[receiver];
         *seen = Some(seen.map_or(t_ms, |s| s.max(t_ms)));
-        self.decide(t_ms, device, out);
+        if due {
+            self.decide(t_ms, device, out);
+        }
     }
 
     /// Time passes with no reading: devices not heard for `away_timeout_ms` leave their zone.
