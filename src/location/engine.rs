@@ -646,6 +646,26 @@ mod tests {
     }
 
     #[test]
+    fn the_reports_of_one_advert_are_decided_on_once() {
+        let mut e = Engine::new(&site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 10_000, [-60, -75, -127]);
+        let decided = e.devices[0].last_eval_ms;
+        assert_eq!(decided, 9_500);
+        // Three receivers report the next advert within 40 ms: the first report decides (a
+        // quarter of a second has passed), the other two wait for the next quarter.
+        for (r, dt) in [(0, 20), (1, 40), (2, 60)] {
+            e.reading(10_000 + dt, 0, r, -60, &mut out);
+            assert_eq!(e.devices[0].last_eval_ms, 10_020, "report {r}");
+        }
+        e.reading(10_020 + DECIDE_INTERVAL_MS, 0, 1, -75, &mut out);
+        assert_eq!(e.devices[0].last_eval_ms, 10_020 + DECIDE_INTERVAL_MS);
+        // A device without a zone is placed on its first report.
+        e.reading(10_300, 1, 1, -60, &mut out);
+        assert_eq!(decisions(&out).last(), Some(&(10_300, "enter", 1)));
+    }
+
+    #[test]
     fn people_leave_corridors_for_rooms_easily_and_rooms_for_corridors_hardly() {
         let mut site = site();
         site.zones[0].transit = true; // zone 1, receiver "a": a corridor
