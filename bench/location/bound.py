@@ -76,29 +76,38 @@ def match(heard, prints):
     return best_zone
 
 
-def score(emitters, receivers, rmap, end_s, prints=None):
+def steps(seg, end_s):
+    """The points of a trajectory segment every STEP_S (on the STEP_S grid), up to end_s."""
+    t = math.ceil(seg[0] / STEP_S) * STEP_S
+    while t < min(seg[1], end_s):
+        yield position(seg, t)
+        t += STEP_S
+
+
+def score(emitters, receivers, rmap, end_s, print_sets=()):
+    """Seconds present in a zone, right by the strongest receiver (multipath kept, without),
+    in a zone without a receiver, then right by fingerprint match per set in `print_sets`."""
     layout = rmap.L
     flat = sim.RadioMap(layout, receivers, {**RADIO, "multipath_db": 0.0})
     zone_rx = {r.zone for r in receivers}
-    total = right = right_flat = norx = right_fp = 0.0
+    total = right = right_flat = norx = 0.0
+    right_fp = [0.0] * len(print_sets)
     for e in emitters:
         if e.traj is None:
             continue
         for seg in e.traj.segs:
             if not seg[10]:
                 continue
-            t = math.ceil(seg[0] / STEP_S) * STEP_S
-            while t < min(seg[1], end_s):
-                x, y, z = position(seg, t)
+            for x, y, z in steps(seg, end_s):
                 truth = layout.zone_at(x, y, z)
-                t += STEP_S
                 if truth is None:
                     continue
                 total += STEP_S
-                if prints:
+                if print_sets:
                     heard = mean_heard(e, receivers, rmap, x, y, z)
-                    if heard and match(heard, prints) == truth:
-                        right_fp += STEP_S
+                    for i, prints in enumerate(print_sets):
+                        if heard and match(heard, prints) == truth:
+                            right_fp[i] += STEP_S
                 if truth not in zone_rx:
                     norx += STEP_S
                     continue
@@ -110,7 +119,17 @@ def score(emitters, receivers, rmap, end_s, prints=None):
                                 right += STEP_S
                             else:
                                 right_flat += STEP_S
-    return total, right, right_flat, norx, right_fp
+    return (total, right, right_flat, norx, *right_fp)
+
+
+def with_radio(capture, simulate, *args, **kw):
+    """Runs a sim.py step with `capture` in place of its radio simulation."""
+    real = sim.run_radio
+    sim.run_radio = capture
+    try:
+        simulate(*args, **kw)
+    finally:
+        sim.run_radio = real
 
 
 RADIO = {}
@@ -146,19 +165,11 @@ def clean_survey_samples(name, seed, config, d):
         RADIO.update(radio)
         e = emitters[0]
         for seg in e.traj.segs:
-            t = math.ceil(seg[0] / STEP_S) * STEP_S
-            while t < seg[1]:
-                x, y, z = position(seg, t)
+            for x, y, z in steps(seg, seg[1]):
                 out.append((rmap.L.zone_at(x, y, z), mean_heard(e, receivers, rmap, x, y, z)))
-                t += STEP_S
         return 0, dur_s
 
-    real = sim.run_radio
-    sim.run_radio = capture
-    try:
-        sim.survey(name, seed, os.path.join(d, "clean-survey"), config=config)
-    finally:
-        sim.run_radio = real
+    with_radio(capture, sim.survey, name, seed, os.path.join(d, "clean-survey"), config=config)
     return out
 
 
@@ -190,25 +201,23 @@ def clean_prints(samples, window_s):
 
 
 def run(name, seed, config, binary=None, windows=()):
+    """score() of one seed's trace; fingerprint sets: the survey's (with a binary), then one
+    per clean-survey window."""
     out = {}
     with tempfile.TemporaryDirectory() as d:
-        prints = survey_prints(binary, name, seed, config, d) if binary else None
-        clean = clean_survey_samples(name, seed, config, d) if windows else None
+        print_sets = [survey_prints(binary, name, seed, config, d)] if binary else []
+        if windows:
+            clean = clean_survey_samples(name, seed, config, d)
+            print_sets += [clean_prints(clean, w) for w in windows]
 
         def capture(path, emitters, receivers, rmap, radio, loss_p, rng, start_ms, dur_s, target=None):
             RADIO.clear()
             RADIO.update(radio)
-            out["r"] = score(emitters, receivers, rmap, dur_s, prints)
-            out["clean"] = [score(emitters, receivers, rmap, dur_s, clean_prints(clean, w))[4] for w in windows]
+            out["r"] = score(emitters, receivers, rmap, dur_s, print_sets)
             return 0, dur_s
 
-        real = sim.run_radio
-        sim.run_radio = capture
-        try:
-            sim.generate(name, seed, os.path.join(d, "trace"), config=config)
-        finally:
-            sim.run_radio = real
-    return (*out["r"], *out["clean"])
+        with_radio(capture, sim.generate, name, seed, os.path.join(d, "trace"), config=config)
+    return out["r"]
 
 
 def main():
@@ -233,11 +242,10 @@ def main():
     fp_rule += "---|" * len(windows)
     print(f"| scenario | multipath kept % | no multipath % | room without receiver % |{fp_head}")
     print(f"|---|---|---|---|{fp_rule}")
-    n = 5 + len(windows)
-    columns = [1, 2, 3] + ([4] if binary else []) + list(range(5, n))
+    n = 4 + (1 if binary else 0) + len(windows)
 
     def row(label, acc):
-        cells = [100 * acc[i] / acc[0] for i in columns]
+        cells = [100 * acc[i] / acc[0] for i in range(1, n)]
         print(f"| {label} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
 
     tot = [0.0] * n

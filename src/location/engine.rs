@@ -20,7 +20,10 @@
 //! straight away starts below zero, by `WALK_HOP_DB_S` per step further: the room behind a
 //! wall must lead longer than the corridor both open onto. When the current zone's receivers
 //! are all silent (no reading from any device: the receiver, not the tag, is gone), the
-//! device is held where it is. No reading from the device for `away_timeout_ms`: it has left (exit, no zone).
+//! device is held where it is. No reading from the device for `away_timeout_ms`: it has left
+//! (exit, no zone). A device in a zone is decided on at most every `DECIDE_INTERVAL_MS`
+//! (several receivers report one advert within tens of milliseconds); one without a zone at
+//! its first reading.
 //!
 //! Fingerprints: when every zone of the site map has survey fingerprints (`sitegate survey`),
 //! a zone's signal is instead how well what all receivers hear of the device matches the
