@@ -44,6 +44,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static ALLOCATOR: fuzz::Counting = fuzz::Counting;
 
+/// musl's x86_64 memcpy has no short path: the static x86_64 build takes `memcpy` and
+/// `memmove` from `crates/fastmem` instead (BENCHMARKS.md, "Copies").
+#[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+use fastmem as _;
+
 /// Exit statuses (sysexits.h names).
 const EX_USAGE: u8 = 64;
 const EX_CONFIG: u8 = 78;
