@@ -199,16 +199,57 @@ fn xml_chars(s: &str) -> Cow<'_, str> {
 pub fn to_json(members: &[Member]) -> String {
     // Written straight from the tree (building a `Value` first cost more than the query), into
     // a buffer the size of a typical record (growing it from empty was measurable too).
-    let mut out = Vec::with_capacity(limits::RENDER_BUFFER_BYTES);
+    let mut out = JsonBuf(Vec::with_capacity(limits::RENDER_BUFFER_BYTES));
     match serde_json::to_writer(&mut out, &JsonMembers(members)) {
-        Ok(()) => String::from_utf8(out).unwrap_or_else(|_| "{}".into()),
+        Ok(()) => String::from_utf8(out.0).unwrap_or_else(|_| "{}".into()),
         Err(_) => "{}".into(),
+    }
+}
+
+/// The JSON render buffer. serde_json writes a document mostly in one-byte pieces (quotes,
+/// colons, commas, brackets); through a plain `Vec` each is a call to `memcpy` with its length
+/// unknown (the shipping build is optimised for size and does not inline
+/// `Vec::extend_from_slice`). Inlined here, a piece of one byte is a push.
+struct JsonBuf(Vec<u8>);
+
+impl std::io::Write for JsonBuf {
+    #[inline(always)]
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    #[inline(always)]
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match buf {
+            [b] => self.0.push(*b),
+            _ => self.0.extend_from_slice(buf),
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether two keys are the same. Most maps are small (a record has some twenty members):
+/// comparing each pair costs less than sorting the keys.
+fn has_repeated_key(keys: &mut [&str]) -> bool {
+    if keys.len() <= SMALL_MAP_MEMBERS {
+        keys.iter().enumerate().any(|(i, k)| keys[i + 1..].contains(k))
+    } else {
+        keys.sort_unstable();
+        keys.windows(2).any(|w| w[0] == w[1])
     }
 }
 
 /// Members serialized as a JSON object, as [`members_to_json`] builds it: a key given twice
 /// keeps its first place and its last value (such maps take that path).
 struct JsonMembers<'a>(&'a [Member]);
+
+/// Maps of up to this many members are checked for a repeated key pair by pair.
+const SMALL_MAP_MEMBERS: usize = 32;
 
 /// A member's JSON key, and the key of each of its attributes (`name_attr`).
 fn json_key(m: &Member) -> &str {
@@ -221,18 +262,22 @@ impl serde::Serialize for JsonMembers<'_> {
         let members = self.0;
         let has_attrs = members.iter().any(|m| !m.attrs.is_empty());
         let repeated = if has_attrs {
-            let mut keys: Vec<String> = Vec::new();
+            let mut owned: Vec<String> = Vec::new();
             for m in members {
-                keys.push(json_key(m).to_string());
-                keys.extend(m.attrs.iter().map(|(a, _)| format!("{}_{a}", json_key(m))));
+                owned.push(json_key(m).to_string());
+                owned.extend(m.attrs.iter().map(|(a, _)| format!("{}_{a}", json_key(m))));
             }
-            let mut sorted: Vec<&String> = keys.iter().collect();
-            sorted.sort_unstable();
-            sorted.windows(2).any(|w| w[0] == w[1])
+            let mut keys: Vec<&str> = owned.iter().map(String::as_str).collect();
+            has_repeated_key(&mut keys)
+        } else if members.len() <= SMALL_MAP_MEMBERS {
+            let mut keys = [""; SMALL_MAP_MEMBERS];
+            for (slot, m) in keys.iter_mut().zip(members) {
+                *slot = json_key(m);
+            }
+            has_repeated_key(&mut keys[..members.len()])
         } else {
-            let mut sorted: Vec<&str> = members.iter().map(json_key).collect();
-            sorted.sort_unstable();
-            sorted.windows(2).any(|w| w[0] == w[1])
+            let mut keys: Vec<&str> = members.iter().map(json_key).collect();
+            has_repeated_key(&mut keys)
         };
         if repeated {
             return serde::Serialize::serialize(&members_to_json(members), s);
@@ -343,7 +388,14 @@ mod tests {
         let mut with_attr = Out::map();
         with_attr.push_attr("o", "cn", "Ann".into(), Out::text("5"));
         with_attr.push("o_cn", Out::text("later"));
-        for doc in [plain, repeated, with_attr] {
+        // Past SMALL_MAP_MEMBERS the keys are sorted to find a repeat, not compared pair by pair.
+        let mut large = Out::map();
+        for i in 0..(SMALL_MAP_MEMBERS as i64 + 8) {
+            large.push(format!("m{i}"), Out::Int(i));
+        }
+        let mut large_repeated = large.clone();
+        large_repeated.push("m3", Out::text("again"));
+        for doc in [plain, repeated, with_attr, large, large_repeated] {
             let Out::Map(members) = doc else { unreachable!() };
             let built = serde_json::to_string(&members_to_json(&members)).unwrap();
             assert_eq!(to_json(&members), built);
@@ -353,5 +405,17 @@ mod tests {
             unreachable!()
         };
         assert_eq!(to_json(&members), r#"{"k":"3","j":2}"#);
+    }
+
+    #[test]
+    fn repeated_keys_are_found_in_small_and_large_maps() {
+        assert!(!has_repeated_key(&mut []));
+        assert!(!has_repeated_key(&mut ["a", "b", "ab"]));
+        assert!(has_repeated_key(&mut ["a", "b", "a"]));
+        let names: Vec<String> = (0..SMALL_MAP_MEMBERS + 8).map(|i| format!("k{i}")).collect();
+        let mut keys: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert!(!has_repeated_key(&mut keys));
+        keys.push("k7");
+        assert!(has_repeated_key(&mut keys));
     }
 }
