@@ -44,9 +44,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static ALLOCATOR: fuzz::Counting = fuzz::Counting;
 
-/// musl's x86_64 memcpy has no short path: the static x86_64 build takes `memcpy` and
-/// `memmove` from `crates/fastmem` instead (BENCHMARKS.md, "Copies").
-#[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+/// musl's x86_64 memcpy has no short path and its memcmp compares a byte at a time: the
+/// static builds take `memcpy` and `memmove` (x86_64) and `memcmp` and `bcmp` (x86_64,
+/// aarch64) from `crates/fastmem` instead (BENCHMARKS.md, "Copies").
+#[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_env = "musl"))]
 use fastmem as _;
 
 /// Exit statuses (sysexits.h names).

@@ -1,20 +1,23 @@
-//! `memcpy`, `memmove`, `memcmp` and `bcmp` for the static x86_64 musl builds.
+//! `memcpy`, `memmove`, `memcmp` and `bcmp` for the static musl builds.
 //!
 //! musl's x86_64 `memcpy` is `rep movsq` with byte moves around it, with no short path; on the
 //! build and benchmark machines it takes 20-31 ns for a copy of 1-100 bytes, where glibc's
 //! takes under 2 ns (BENCHMARKS.md, "Copies"). Rust calls it for every short copy it cannot
-//! unroll (`Vec::extend_from_slice` with a length known only at run time: serde_json's
-//! quotes and commas, hyper's headers, SQLite's cells), some 330 times in a record's Show.
-//! musl's `memcmp` compares a byte at a time (the statement cache compares each statement's
-//! SQL text in full). On `x86_64-unknown-linux-musl` this crate defines the four symbols, so
-//! the static link takes them instead of libc's; every other target keeps its libc's, and the
-//! functions stay callable under their Rust names for the tests.
+//! unroll (`Vec::extend_from_slice` with a length known only at run time: hyper's headers,
+//! string clones, SQLite's cells), some 330 times in a record's Show. musl's `memcmp` (and
+//! `bcmp`, which calls it) compares a byte at a time on every architecture (the statement
+//! cache compares each statement's SQL text in full). So with musl this crate defines
+//! `memcpy` and `memmove` on x86_64 (musl's aarch64 `memcpy` is an optimised one) and
+//! `memcmp` and `bcmp` on x86_64 and aarch64, and the static link takes them instead of
+//! libc's; other targets keep their libc's, and the functions stay callable under their Rust
+//! names for the tests.
 //!
 //! Copies of up to 32 bytes load everything before they store (two overlapping loads of 16,
 //! 8, 4 or 1 bytes), so they are also correct for overlapping buffers; longer ones move 32
 //! bytes a step, with the last (or first) 32 bytes loaded before the loop and stored after it.
-//! Copies of `REP_MOVSB_MIN_BYTES` or more that do not overlap use `rep movsb`, which the
-//! processor runs fast at that size. Comparisons go eight bytes (equality sixteen) a step.
+//! Copies of `REP_MOVSB_MIN_BYTES` or more that do not overlap use `rep movsb` on x86_64,
+//! which the processor runs fast at that size. Comparisons go eight bytes (equality sixteen)
+//! a step; both architectures load unaligned words natively.
 //!
 //! `no_builtins` keeps the compiler from turning these loops back into calls to `memcpy`.
 
@@ -212,7 +215,7 @@ pub unsafe fn equal(a: *const u8, b: *const u8, n: usize) -> bool {
 }
 
 #[cfg(all(target_arch = "x86_64", target_env = "musl", feature = "libc-symbols", not(test)))]
-mod symbols {
+mod copy_symbols {
     /// # Safety
     /// As C's `memcpy`.
     #[unsafe(no_mangle)]
@@ -228,7 +231,15 @@ mod symbols {
         unsafe { super::copy_overlapping(d, s, n) };
         d
     }
+}
 
+#[cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_env = "musl",
+    feature = "libc-symbols",
+    not(test)
+))]
+mod compare_symbols {
     /// # Safety
     /// As C's `memcmp`.
     #[unsafe(no_mangle)]
