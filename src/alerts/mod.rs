@@ -1,5 +1,6 @@
 //! Alerts: rules (`rules`) evaluated by the location thread on what the engine reports, and
-//! what a fired rule does. Monitor: recorded. Warn: recorded and published on
+//! what a fired rule does (for an alarm flag, as its advert arrives; for the rest, after each
+//! batch the engine writes). Monitor: recorded. Warn: recorded and published on
 //! `{org}/{deviceId}/alert` (with a short WAV tone for intercoms). Alarm: as Warn, and a
 //! ticket is created for the contact. `GET /alerts` lists them, `POST /alerts/{id}/ack`
 //! acknowledges one.

@@ -212,6 +212,11 @@ fn run(
                 {
                     pending.seen.insert(key, advert.t_ms);
                     alerts.advert(&pipeline.site, key, &advert, &mut fired);
+                    if !fired.is_empty() {
+                        // A raised alarm (a panic button) is recorded and published at once,
+                        // not with the next batch up to LOCATION_FLUSH_MS later.
+                        alerts.act(store, feed.as_mut(), &mut fired);
+                    }
                     if let Some(mv) = heard.battery_mv {
                         pending.battery.insert(key, (advert.t_ms, Some(mv)));
                     }
