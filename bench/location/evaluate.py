@@ -53,6 +53,9 @@ ENGINE_SETTINGS = []
 # With --survey: the engine gets zone fingerprints from a simulated survey of each site.
 SURVEY = False
 
+# With --late-truth: delays (s) at which the truth itself is also scored, as a method.
+LATE_TRUTH_S = []
+
 
 def survey_fingerprints(binary, name, seed, d, config, eng):
     """Simulates a survey of the trace's site, runs `sitegate survey` on it and returns the
@@ -373,6 +376,21 @@ def score_device(truth, events, w0, w1):
     return res
 
 
+def write_late_truth(path, truth, late_ms):
+    """The decisions of a method that knows the true zone but says so `late_ms` late: every
+    change of the truth, as an enter (or an exit to no zone), that much after it happened."""
+    with open(path, "w") as f:
+        for dev, intervals in truth.items():
+            cur = None
+            for start, _end, zone in intervals:
+                if zone == cur:
+                    continue
+                ev = {"t_ms": start + late_ms, "deviceaddress": dev, "zoneid": zone if zone is not None else cur,
+                      "event": "enter" if zone is not None else "exit"}
+                f.write(json.dumps(ev) + "\n")
+                cur = zone
+
+
 def score(d, decisions_path, devices, truth, w0, w1):
     events, bad = read_decisions(decisions_path)
     tot = {"correct_ms": 0, "total_ms": 0, "false_switches": 0, "delays_ms": [], "missed": 0, "switches": 0,
@@ -485,6 +503,15 @@ def run_one(job):
             continue
         results[m] = score(d, os.path.join(d, f"{m}.jsonl"), devices, truth, w0, w1)
     out["results"] = results
+    if LATE_TRUTH_S:
+        late = {}
+        for late_s in LATE_TRUTH_S:
+            path = os.path.join(d, f"truth-late-{late_s:g}.jsonl")
+            write_late_truth(path, truth, round(late_s * 1000))
+            r = score(d, path, devices, truth, w0, w1)
+            late[f"{late_s:g}"] = {k: r[k] for k in ("correct_ms", "total_ms")}
+            os.remove(path)
+        out["late_truth"] = late
     if not keep:
         shutil.rmtree(d, ignore_errors=True)
     return out
@@ -533,9 +560,14 @@ def main():
                     help="a [location] setting for the engine (repeatable), e.g. --engine hysteresis_db=3")
     ap.add_argument("--survey", action="store_true",
                     help="give the engine zone fingerprints from a simulated survey of each site (sitegate survey)")
+    ap.add_argument("--late-truth", metavar="S,...",
+                    help="also score the truth itself reported S seconds late (the share in zone that "
+                         "a decision delay alone costs)")
     args = ap.parse_args()
     global SURVEY
     SURVEY = args.survey
+    if args.late_truth:
+        LATE_TRUTH_S.extend(float(x) for x in args.late_truth.split(",") if x.strip())
     for setting in args.engine:
         key, _, value = setting.partition("=")
         if not key or not value:
@@ -599,6 +631,24 @@ def main():
             if rs:
                 print(fmt_row(n, aggregate(rs)))
         print(fmt_row("**all**", aggregate(scored_runs)))
+        print()
+    if LATE_TRUTH_S and scored_runs:
+        keys = [f"{x:g}" for x in LATE_TRUTH_S]
+        print("The truth itself, reported late: % of device time in the true zone.\n")
+        print("| scenario | " + " | ".join(f"{k} s late" for k in keys) + " |")
+        print("|---|" + "---|" * len(keys))
+
+        def late_row(label, rs):
+            cells = []
+            for k in keys:
+                total = sum(r["late_truth"][k]["total_ms"] for r in rs)
+                cells.append(f"{100.0 * sum(r['late_truth'][k]['correct_ms'] for r in rs) / total:.1f}" if total else "-")
+            return f"| {label} | " + " | ".join(cells) + " |"
+        for n in names:
+            rs = [r for r in scored_runs if r["scenario"] == n]
+            if rs:
+                print(late_row(n, rs))
+        print(late_row("**all**", scored_runs))
         print()
     failures = [r for r in runs if not r["engine_run"]["ok"]]
     if failures:
