@@ -39,6 +39,11 @@ impl Out {
         Out::Map(Vec::new())
     }
 
+    /// A map with room for `members` members (no reallocation while it is filled).
+    pub fn map_with_capacity(members: usize) -> Out {
+        Out::Map(Vec::with_capacity(members))
+    }
+
     pub fn text(s: impl Into<String>) -> Out {
         Out::Text(s.into())
     }

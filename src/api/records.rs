@@ -37,10 +37,11 @@ fn related_out(r: &RelatedItem) -> Out {
 
 /// The `<fields>` of a record: every field of its type (empty when unset), then the audit fields.
 fn record_fields_out(custom: &[CustomField], r: &RecordRow) -> Out {
-    let mut fields = Out::map();
-    for def in model::fields_of(r.record_type, custom) {
-        let name = def.name();
-        let value = r.fields.get(&name).cloned().unwrap_or_default();
+    let defs = model::fields_of(r.record_type, custom);
+    let mut fields = Out::map_with_capacity(defs.len() + 6);
+    for def in defs {
+        let name = def.key();
+        let value = r.fields.get(name.as_ref()).cloned().unwrap_or_default();
         fields.push(name, Out::text(value));
     }
     fields.push("creatorid", Out::text(r.creator_id.to_string()));
@@ -53,7 +54,7 @@ fn record_fields_out(custom: &[CustomField], r: &RecordRow) -> Out {
 }
 
 pub(super) fn item_out(custom: &[CustomField], r: &RecordRow) -> Out {
-    Out::map()
+    Out::map_with_capacity(9)
         .with("id", Out::Int(r.id))
         .with("name", Out::text(r.name.clone()))
         .with("typeid", Out::Int(r.record_type.typeid()))
@@ -80,7 +81,7 @@ pub(super) fn activity_out(rt: RecordType, a: &ActivityRow) -> Out {
             }
         }
     }
-    let mut out = Out::map()
+    let mut out = Out::map_with_capacity(19)
         .with("id", Out::Int(a.id))
         .with("typeid", Out::Int(a.typeid))
         .with("name", Out::text(a.name.clone()))
@@ -123,7 +124,7 @@ pub(super) fn detail_out(custom: &[CustomField], detail: &RecordDetail) -> Out {
     for a in &detail.activities {
         activities.push_keyed(a.id, activity_out(rt, a));
     }
-    Out::map()
+    Out::map_with_capacity(4)
         .with("item", item_out(custom, &detail.record))
         .with("activities", activities)
         .with("categories", Out::list("category", detail.categories.iter().map(category_out).collect()))

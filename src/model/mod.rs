@@ -235,9 +235,14 @@ impl<'a> FieldDef<'a> {
     }
 
     pub fn name(&self) -> String {
+        self.key().into_owned()
+    }
+
+    /// The name, borrowed where it is a built-in field's.
+    pub fn key(&self) -> std::borrow::Cow<'static, str> {
         match self {
-            FieldDef::Builtin(b) => b.name.to_string(),
-            FieldDef::Custom(c) => c.name(),
+            FieldDef::Builtin(b) => std::borrow::Cow::Borrowed(b.name),
+            FieldDef::Custom(c) => std::borrow::Cow::Owned(c.name()),
         }
     }
 
