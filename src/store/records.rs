@@ -197,6 +197,8 @@ const COMPANY_TYPEID: i64 = 40;
 
 pub(super) const RECORD_COLUMNS: &str = "i.id, i.typeid, i.name, i.fields, i.ownership, i.flagged, i.created, i.updated, \
      i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, '')";
+/// How many columns `RECORD_COLUMNS` has.
+const RECORD_COLUMN_COUNT: usize = 13;
 pub(super) const AUDIT_JOINS: &str =
     "LEFT JOIN principals cu ON cu.id = i.creator LEFT JOIN principals mu ON mu.id = i.modificator";
 
@@ -762,10 +764,13 @@ pub(super) fn detail_of(
     id: i64,
     state: State,
 ) -> Result<RecordDetail> {
-    let record = load_record_in(tx, viewer, record_type, id, state)?;
-    let categories = categories_of_one(tx, id)?;
-    let related = related_of(tx, viewer, id)?;
-    let activities = activities_of(tx, id)?;
+    let (record, [has_categories, has_related, has_activities]) =
+        load_record_with(tx, viewer, record_type, id, state, PRESENCE_COLUMNS)?;
+    // Most records have no tags, links or activities: the record's own query says which it has,
+    // and only those are read (a statement run costs more than its row lookups).
+    let categories = if has_categories { categories_of_one(tx, id)? } else { Vec::new() };
+    let related = if has_related { related_of(tx, viewer, id)? } else { Vec::new() };
+    let activities = if has_activities { activities_of(tx, id)? } else { Vec::new() };
     Ok(RecordDetail { record, activities, categories, related })
 }
 
@@ -790,13 +795,32 @@ pub(super) fn load_record_in(
     id: i64,
     state: State,
 ) -> Result<RecordRow> {
+    Ok(load_record_with(tx, viewer, record_type, id, state, "")?.0)
+}
+
+/// Whether the record has category tags, related items and live activities: three more
+/// columns after `RECORD_COLUMNS`.
+const PRESENCE_COLUMNS: &str = ",
+    EXISTS (SELECT 1 FROM item_categories ic WHERE ic.item_id = i.id),
+    EXISTS (SELECT 1 FROM relations r WHERE r.item = i.id),
+    EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL AND a.archived IS NULL)";
+
+/// [`load_record_in`], with the `extra` columns (empty or [`PRESENCE_COLUMNS`]) read as flags.
+fn load_record_with(
+    tx: &Connection,
+    viewer: &Viewer,
+    record_type: RecordType,
+    id: i64,
+    state: State,
+    extra: &str,
+) -> Result<(RecordRow, [bool; 3])> {
     let archived = match state {
         State::Live => "i.archived IS NULL",
         State::Deleted => "i.archived = i.id",
         State::Any => "1",
     };
     let sql = format!(
-        "SELECT {RECORD_COLUMNS} FROM items i {AUDIT_JOINS}
+        "SELECT {RECORD_COLUMNS}{extra} FROM items i {AUDIT_JOINS}
          WHERE i.id = :id AND i.org = :org AND i.typeid = :typeid AND i.parent IS NULL AND {archived}
            AND {}",
         visible(viewer, "i")
@@ -810,8 +834,14 @@ pub(super) fn load_record_in(
         params.push((":owners", Value::Text(owner_ids_json(viewer))));
     }
     let mut stmt = tx.prepare_cached(&sql)?;
+    debug_assert_eq!(stmt.column_count(), RECORD_COLUMN_COUNT + if extra.is_empty() { 0 } else { 3 });
     let bound = bind(&stmt, &params);
-    stmt.query_row(bound.as_slice(), record_from_row).optional()?.ok_or(StoreError::NotFound)
+    let flag = |row: &Row<'_>, i: usize| -> rusqlite::Result<bool> {
+        Ok(!extra.is_empty() && row.get::<_, bool>(RECORD_COLUMN_COUNT + i)?)
+    };
+    stmt.query_row(bound.as_slice(), |row| Ok((record_from_row(row)?, [flag(row, 0)?, flag(row, 1)?, flag(row, 2)?])))
+        .optional()?
+        .ok_or(StoreError::NotFound)
 }
 
 /// Ownership may be the viewer's own id or one of their groups; administrators may give any
