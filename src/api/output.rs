@@ -238,11 +238,33 @@ impl std::io::Write for JsonBuf {
     }
 }
 
-/// Whether two keys are the same. Most maps are small (a record has some twenty members):
-/// comparing each pair costs less than sorting the keys.
+/// Whether two keys are the same. Most maps are small (a record has some twenty members) and
+/// go through a 64-slot table of their keys (a key's slot from its length and three of its
+/// bytes; keys compared only where slots meet); larger ones are sorted.
 fn has_repeated_key(keys: &mut [&str]) -> bool {
     if keys.len() <= SMALL_MAP_MEMBERS {
-        keys.iter().enumerate().any(|(i, k)| keys[i + 1..].contains(k))
+        const SLOTS: usize = 2 * SMALL_MAP_MEMBERS;
+        let mut table = [u8::MAX; SLOTS];
+        for (i, key) in keys.iter().enumerate() {
+            let b = key.as_bytes();
+            let mut h = b.len() as u32;
+            if let (Some(first), Some(last)) = (b.first(), b.last()) {
+                h = (h.wrapping_mul(31) ^ u32::from(*first)).wrapping_mul(31) ^ u32::from(*last);
+                h = h.wrapping_mul(31) ^ u32::from(b[b.len() / 2]);
+            }
+            let mut slot = (h.wrapping_mul(0x9E37_79B1) >> 26) as usize % SLOTS;
+            loop {
+                match table[slot] {
+                    u8::MAX => {
+                        table[slot] = i as u8;
+                        break;
+                    }
+                    j if keys[usize::from(j)] == *key => return true,
+                    _ => slot = (slot + 1) % SLOTS,
+                }
+            }
+        }
+        false
     } else {
         keys.sort_unstable();
         keys.windows(2).any(|w| w[0] == w[1])
@@ -417,6 +439,15 @@ mod tests {
         assert!(!has_repeated_key(&mut []));
         assert!(!has_repeated_key(&mut ["a", "b", "ab"]));
         assert!(has_repeated_key(&mut ["a", "b", "a"]));
+        // Keys alike in length and in the bytes the table looks at, repeated or not.
+        assert!(!has_repeated_key(&mut ["axxb", "ayxb", "azxb", "", "axyb"]));
+        assert!(has_repeated_key(&mut ["axxb", "ayxb", "", "azxb", "", "q"]));
+        assert!(has_repeated_key(&mut ["axxb", "ayxb", "azxb", "ayxb"]));
+        let full: Vec<String> = (0..SMALL_MAP_MEMBERS).map(|i| format!("c{i:02}x")).collect();
+        let mut keys: Vec<&str> = full.iter().map(String::as_str).collect();
+        assert!(!has_repeated_key(&mut keys));
+        keys[SMALL_MAP_MEMBERS - 1] = keys[0];
+        assert!(has_repeated_key(&mut keys));
         let names: Vec<String> = (0..SMALL_MAP_MEMBERS + 8).map(|i| format!("k{i}")).collect();
         let mut keys: Vec<&str> = names.iter().map(String::as_str).collect();
         assert!(!has_repeated_key(&mut keys));
