@@ -175,29 +175,52 @@ impl Store {
 
     /// Runs `f` on a read connection inside one read transaction (a consistent snapshot).
     fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self.reader()?;
+        exec_cached(&conn, "BEGIN")?;
+        let out = catch_unwind(AssertUnwindSafe(|| f(&conn)));
+        // A read transaction has nothing to commit; ending it releases the snapshot. A
+        // connection whose transaction could not be ended is not used again.
+        if exec_cached(&conn, "ROLLBACK").is_ok() {
+            self.give_back(conn);
+        }
+        out.unwrap_or_else(|panic| resume_unwind(panic))
+    }
+
+    /// Runs `f`, which runs one statement, on a read connection without a transaction around
+    /// it: one statement is its own snapshot, and a BEGIN and ROLLBACK cost about what a point
+    /// query does.
+    fn read_one_statement<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self.reader()?;
+        let out = catch_unwind(AssertUnwindSafe(|| f(&conn)));
+        // A statement left open would hold its snapshot: such a connection is not used again.
+        if conn.is_autocommit() {
+            self.give_back(conn);
+        }
+        out.unwrap_or_else(|panic| resume_unwind(panic))
+    }
+
+    /// An idle read connection, or a new one.
+    fn reader(&self) -> Result<Connection> {
         let pooled = self.readers.lock().unwrap_or_else(PoisonError::into_inner).pop();
-        let conn = match pooled {
-            Some(c) => c,
+        match pooled {
+            Some(c) => Ok(c),
             None => {
                 let c = Connection::open_with_flags(
                     &self.path,
                     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
                 configure(&c, false)?;
-                c
-            }
-        };
-        exec_cached(&conn, "BEGIN")?;
-        let out = catch_unwind(AssertUnwindSafe(|| f(&conn)));
-        // A read transaction has nothing to commit; ending it releases the snapshot. A
-        // connection whose transaction could not be ended is not used again.
-        if exec_cached(&conn, "ROLLBACK").is_ok() {
-            let mut pool = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
-            if pool.len() < limits::STORE_READERS_IDLE_MAX {
-                pool.push(conn);
+                Ok(c)
             }
         }
-        out.unwrap_or_else(|panic| resume_unwind(panic))
+    }
+
+    /// Returns a read connection to the pool (within its bound).
+    fn give_back(&self, conn: Connection) {
+        let mut pool = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < limits::STORE_READERS_IDLE_MAX {
+            pool.push(conn);
+        }
     }
 
     /// A number that changes whenever a transaction commits to the database, from this process

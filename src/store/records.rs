@@ -393,7 +393,15 @@ impl Store {
     }
 
     pub fn show_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordDetail> {
-        let mut detail = self.read(|tx| detail_of(tx, viewer, record_type, id, State::Live))?;
+        // Most records have no tags, related items or activities: then their one statement is
+        // the whole show. Else all of it is read again in one transaction, for one snapshot.
+        let (record, has) =
+            self.read_one_statement(|c| load_record_with(c, viewer, record_type, id, State::Live, PRESENCE_COLUMNS))?;
+        let mut detail = if has == [false; 3] {
+            RecordDetail { record, activities: Vec::new(), categories: Vec::new(), related: Vec::new() }
+        } else {
+            self.read(|tx| detail_of(tx, viewer, record_type, id, State::Live))?
+        };
         detail.record.viewed = self.viewed_overlay(id, detail.record.viewed);
         Ok(detail)
     }
