@@ -574,16 +574,16 @@ def report(args, results):
         r = loc["replay"]
         lines.append(f"Location: `sitegate replay --store` of {r['adverts']:,} simulated adverts: "
                      f"{r['per_s']:,.0f} adverts/s ({r['seconds']:.1f} s, parse, engine and SQLite).")
-        lat = loc.get("latency")
-        if lat:
-            lines.append(f"Advert from a remote receiver (MQTT) to the subscriber's data message, {lat['n']} adverts "
-                         f"one at a time: p50 {lat['p50_ms']:.0f} ms, max {lat['p99_ms']:.0f} ms, "
-                         f"min {lat['min_ms']:.0f} ms (the engine writes and publishes once a second).")
-        lat = loc.get("alarm_latency")
-        if lat and lat["n"]:
-            lines.append(f"Advert with the panic button pressed to the subscriber's alert message, {lat['n']} adverts "
-                         f"one at a time: p50 {lat['p50_ms']:.0f} ms, max {lat['p99_ms']:.0f} ms, "
-                         f"min {lat['min_ms']:.0f} ms (recorded and published as the advert arrives).")
+        for key, what, note in (
+            ("latency", "Advert from a remote receiver (MQTT) to the subscriber's data message",
+             "the engine writes and publishes once a second"),
+            ("alarm_latency", "Advert with the panic button pressed to the subscriber's alert message",
+             "recorded and published as the advert arrives"),
+        ):
+            lat = loc.get(key)
+            if lat and lat["n"]:
+                lines.append(f"{what}, {lat['n']} adverts one at a time: p50 {lat['p50_ms']:.0f} ms, "
+                             f"max {lat['p99_ms']:.0f} ms, min {lat['min_ms']:.0f} ms ({note}).")
         lines.append("")
     if "footprint" in results:
         fp = results["footprint"]

@@ -275,7 +275,8 @@ fn has_repeated_key(keys: &mut [&str]) -> bool {
 /// keeps its first place and its last value (such maps take that path).
 struct JsonMembers<'a>(&'a [Member]);
 
-/// Maps of up to this many members are checked for a repeated key pair by pair.
+/// Maps of up to this many members are checked for a repeated key through a table, larger
+/// ones by sorting their keys.
 const SMALL_MAP_MEMBERS: usize = 32;
 
 /// A member's JSON key, and the key of each of its attributes (`name_attr`).

@@ -192,7 +192,7 @@ impl Store {
     fn read_one_statement<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let conn = self.reader()?;
         let out = catch_unwind(AssertUnwindSafe(|| f(&conn)));
-        // A statement left open would hold its snapshot: such a connection is not used again.
+        // A connection left inside a transaction (had `f` begun one) is not used again.
         if conn.is_autocommit() {
             self.give_back(conn);
         }

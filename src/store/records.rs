@@ -396,7 +396,7 @@ impl Store {
         // Most records have no tags, related items or activities: then their one statement is
         // the whole show. Else all of it is read again in one transaction, for one snapshot.
         let (record, has) =
-            self.read_one_statement(|c| load_record_with(c, viewer, record_type, id, State::Live, PRESENCE_COLUMNS))?;
+            self.read_one_statement(|c| load_record_with(c, viewer, record_type, id, State::Live, true))?;
         let mut detail = if has == [false; 3] {
             RecordDetail { record, activities: Vec::new(), categories: Vec::new(), related: Vec::new() }
         } else {
@@ -773,7 +773,7 @@ pub(super) fn detail_of(
     state: State,
 ) -> Result<RecordDetail> {
     let (record, [has_categories, has_related, has_activities]) =
-        load_record_with(tx, viewer, record_type, id, state, PRESENCE_COLUMNS)?;
+        load_record_with(tx, viewer, record_type, id, state, true)?;
     // Most records have no tags, links or activities: the record's own query says which it has,
     // and only those are read (a statement run costs more than its row lookups).
     let categories = if has_categories { categories_of_one(tx, id)? } else { Vec::new() };
@@ -803,7 +803,7 @@ pub(super) fn load_record_in(
     id: i64,
     state: State,
 ) -> Result<RecordRow> {
-    Ok(load_record_with(tx, viewer, record_type, id, state, "")?.0)
+    Ok(load_record_with(tx, viewer, record_type, id, state, false)?.0)
 }
 
 /// Whether the record has category tags, related items and live activities: three more
@@ -813,20 +813,21 @@ const PRESENCE_COLUMNS: &str = ",
     EXISTS (SELECT 1 FROM relations r WHERE r.item = i.id),
     EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL AND a.archived IS NULL)";
 
-/// [`load_record_in`], with the `extra` columns (empty or [`PRESENCE_COLUMNS`]) read as flags.
+/// [`load_record_in`]; with `presence`, also the flags of [`PRESENCE_COLUMNS`] (else all false).
 fn load_record_with(
     tx: &Connection,
     viewer: &Viewer,
     record_type: RecordType,
     id: i64,
     state: State,
-    extra: &str,
+    presence: bool,
 ) -> Result<(RecordRow, [bool; 3])> {
     let archived = match state {
         State::Live => "i.archived IS NULL",
         State::Deleted => "i.archived = i.id",
         State::Any => "1",
     };
+    let extra = if presence { PRESENCE_COLUMNS } else { "" };
     let sql = format!(
         "SELECT {RECORD_COLUMNS}{extra} FROM items i {AUDIT_JOINS}
          WHERE i.id = :id AND i.org = :org AND i.typeid = :typeid AND i.parent IS NULL AND {archived}
@@ -842,10 +843,10 @@ fn load_record_with(
         params.push((":owners", Value::Text(owner_ids_json(viewer))));
     }
     let mut stmt = tx.prepare_cached(&sql)?;
-    debug_assert_eq!(stmt.column_count(), RECORD_COLUMN_COUNT + if extra.is_empty() { 0 } else { 3 });
+    debug_assert_eq!(stmt.column_count(), RECORD_COLUMN_COUNT + if presence { 3 } else { 0 });
     let bound = bind(&stmt, &params);
     let flag = |row: &Row<'_>, i: usize| -> rusqlite::Result<bool> {
-        Ok(!extra.is_empty() && row.get::<_, bool>(RECORD_COLUMN_COUNT + i)?)
+        Ok(presence && row.get::<_, bool>(RECORD_COLUMN_COUNT + i)?)
     };
     stmt.query_row(bound.as_slice(), |row| Ok((record_from_row(row)?, [flag(row, 0)?, flag(row, 1)?, flag(row, 2)?])))
         .optional()?
