@@ -12,30 +12,35 @@ pub fn now_secs() -> i64 {
 
 /// `2026-11-22T01:55:07+00:00`
 pub fn iso(secs: i64) -> String {
-    let Ok(ts) = Timestamp::from_second(secs) else { return String::new() };
+    with_iso(secs, str::to_string)
+}
+
+/// Calls `f` with the ISO time of `secs` (empty when out of range), written on the stack for
+/// years 0-9999: responses write these without allocating.
+pub fn with_iso<R>(secs: i64, f: impl FnOnce(&str) -> R) -> R {
+    let Ok(ts) = Timestamp::from_second(secs) else { return f("") };
     let dt = jiff::tz::Offset::UTC.to_datetime(ts);
     if !(0..=9999).contains(&dt.year()) {
-        return ts.strftime("%Y-%m-%dT%H:%M:%S+00:00").to_string();
+        return f(&ts.strftime("%Y-%m-%dT%H:%M:%S+00:00").to_string());
     }
-    // Every show and list writes two of these: digits straight into the string (strftime
-    // costs some 1,500 instructions a time).
-    let mut out = String::with_capacity(25);
+    // Every show and list writes two or three of these: digits straight into a buffer
+    // (strftime costs some 1,500 instructions a time).
+    let mut out = *b"0000-00-00T00:00:00+00:00";
     let fields = [
-        (i32::from(dt.year()), 4, '-'),
-        (i32::from(dt.month()), 2, '-'),
-        (i32::from(dt.day()), 2, 'T'),
-        (i32::from(dt.hour()), 2, ':'),
-        (i32::from(dt.minute()), 2, ':'),
-        (i32::from(dt.second()), 2, '+'),
+        (i32::from(dt.year()), 0, 4),
+        (i32::from(dt.month()), 5, 2),
+        (i32::from(dt.day()), 8, 2),
+        (i32::from(dt.hour()), 11, 2),
+        (i32::from(dt.minute()), 14, 2),
+        (i32::from(dt.second()), 17, 2),
     ];
-    for (value, width, sep) in fields {
-        for place in (0..width).rev() {
-            out.push(char::from(b'0' + (value / 10i32.pow(place) % 10) as u8));
+    for (mut value, start, width) in fields {
+        for place in (start..start + width).rev() {
+            out[place] = b'0' + (value % 10) as u8;
+            value /= 10;
         }
-        out.push(sep);
     }
-    out.push_str("00:00");
-    out
+    f(std::str::from_utf8(&out).unwrap_or_default())
 }
 
 /// `Nov 22, 2026 01:55:07` (UTC), the activity create response's `created`.

@@ -293,8 +293,8 @@ impl App {
         Response {
             status: 200,
             headers: vec![
-                ("Content-Type", format!("multipart/mixed; boundary={boundary}")),
-                (super::QUOTA_HEADER, self.quota_of(req)),
+                ("Content-Type", format!("multipart/mixed; boundary={boundary}").into()),
+                (super::QUOTA_HEADER, self.quota_of(req).into()),
             ],
             body: out,
         }
@@ -306,7 +306,7 @@ impl App {
         let used = self.quota_of(req);
         for (name, value) in &mut response.headers {
             if *name == super::QUOTA_HEADER {
-                value.clone_from(&used);
+                *value = used.clone().into();
             }
         }
         response

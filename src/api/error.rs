@@ -35,7 +35,7 @@ pub struct ApiError {
     pub element: Cow<'static, str>,
     pub message: String,
     /// Extra response headers (Allow, Retry-After).
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Vec<(&'static str, Cow<'static, str>)>,
 }
 
 impl ApiError {
@@ -82,7 +82,7 @@ impl ApiError {
     pub fn method_not_allowed(allow: &[&str]) -> ApiError {
         let mut e =
             ApiError::new(405, "methodnotallowed", format!("Method not allowed here; allowed: {}", allow.join(", ")));
-        e.headers.push(("Allow", allow.join(", ")));
+        e.headers.push(("Allow", allow.join(", ").into()));
         e
     }
 
@@ -112,7 +112,7 @@ impl ApiError {
             "quotaexceeded",
             format!("The quota of {allowed} API calls per hour is used up; it renews at the top of the hour"),
         );
-        e.headers.push(("Retry-After", retry_after_secs.max(1).to_string()));
+        e.headers.push(("Retry-After", retry_after_secs.max(1).to_string().into()));
         e
     }
 
@@ -123,7 +123,7 @@ impl ApiError {
             "toomanyfailedlogins",
             "Too many failed logins from this address; retry after the time in Retry-After",
         );
-        e.headers.push(("Retry-After", retry_after_secs.max(1).to_string()));
+        e.headers.push(("Retry-After", retry_after_secs.max(1).to_string().into()));
         e
     }
 

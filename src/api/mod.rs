@@ -15,6 +15,7 @@ mod reports;
 pub mod status;
 pub mod webhooks;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -92,7 +93,8 @@ pub struct Request {
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
+    /// Values that are constants are borrowed (a show's Content-Type is one).
+    pub headers: Vec<(&'static str, Cow<'static, str>)>,
     pub body: Vec<u8>,
 }
 
@@ -248,7 +250,7 @@ impl App {
         match denied {
             Denied::Refused => {
                 let mut resp = render_error(format, ApiError::unauthorized(), quota);
-                resp.headers.push(("WWW-Authenticate", format!("Basic realm=\"{REALM}\", charset=\"UTF-8\"")));
+                resp.headers.push(("WWW-Authenticate", format!("Basic realm=\"{REALM}\", charset=\"UTF-8\"").into()));
                 resp
             }
             Denied::Locked(ms) => render_error(format, ApiError::login_locked(ms.div_ceil(1000)), quota),
@@ -327,7 +329,8 @@ impl App {
         }
 
         // Unauthenticated paths for monitoring.
-        match segments(&req.path).as_slice() {
+        let segs = segments(&req.path);
+        match segs.as_slice() {
             ["health"] => return self.health(&req.method, &format),
             ["metrics"] => return self.metrics(req),
             // The API's description is documentation: no credentials needed.
@@ -338,7 +341,7 @@ impl App {
                         headers: vec![
                             ("Content-Type", "application/json".into()),
                             ("Cache-Control", "no-cache".into()),
-                            (QUOTA_HEADER, format!("0/{allowed}")),
+                            (QUOTA_HEADER, format!("0/{allowed}").into()),
                         ],
                         body: OPENAPI_JSON.as_bytes().to_vec(),
                     },
@@ -369,7 +372,7 @@ impl App {
             let content_type = req.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
             let body = input::parse_body(content_type, &req.body)?;
             let ctx = Ctx { app: self, viewer, query, body: body.params, uploads: body.uploads, now };
-            route(&ctx, &req.method, &req.path)
+            route(&ctx, &req.method, &req.path, &segs)
         })();
         match result {
             Ok(Answer::Doc(reply)) => render_reply(&format, reply, quota_value),
@@ -521,7 +524,7 @@ impl App {
             .into();
             if !ok {
                 let mut resp = render_error(&Format::Xml, ApiError::unauthorized(), quota);
-                resp.headers.push(("WWW-Authenticate", format!("Bearer realm=\"{REALM}\"")));
+                resp.headers.push(("WWW-Authenticate", format!("Bearer realm=\"{REALM}\"").into()));
                 return resp;
             }
         }
@@ -547,7 +550,7 @@ impl App {
         self.metrics.viewed_dropped.set(i64::try_from(self.store.viewed_dropped()).unwrap_or(i64::MAX));
         Response {
             status: 200,
-            headers: vec![("Content-Type", crate::metrics::CONTENT_TYPE.to_string()), (QUOTA_HEADER, quota)],
+            headers: vec![("Content-Type", crate::metrics::CONTENT_TYPE.into()), (QUOTA_HEADER, quota.into())],
             body: self.metrics.render().into_bytes(),
         }
     }
@@ -587,8 +590,9 @@ fn is_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Answer, ApiError> {
-    let page = match segments(path).as_slice() {
+/// `segs`: the path's [`segments`].
+fn route(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Result<Answer, ApiError> {
+    let page = match segs {
         [] => Some(("text/html; charset=utf-8", status::PAGE_HTML)),
         ["status", "page.js"] => Some(("text/javascript; charset=utf-8", status::PAGE_JS)),
         ["status", "page.css"] => Some(("text/css; charset=utf-8", status::PAGE_CSS)),
@@ -600,7 +604,7 @@ fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Answer, ApiError>
             _ => Err(ApiError::method_not_allowed(&["GET"])),
         };
     }
-    if let [segment, activity, id, "file"] = segments(path).as_slice()
+    if let [segment, activity, id, "file"] = segs
         && let (Some(_), Some(kind), true) =
             (RecordType::from_segment(segment), ActivityType::from_segment(activity), is_id(id))
     {
@@ -610,13 +614,12 @@ fn route(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Answer, ApiError>
             _ => Err(ApiError::method_not_allowed(&["GET"])),
         };
     }
-    route_doc(ctx, method, path).map(Answer::Doc)
+    route_doc(ctx, method, path, segs).map(Answer::Doc)
 }
 
-fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str) -> Result<Reply, ApiError> {
-    let segs = segments(path);
+fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Result<Reply, ApiError> {
     let allow = |methods: &[&str]| -> Result<Reply, ApiError> { Err(ApiError::method_not_allowed(methods)) };
-    match segs.as_slice() {
+    match segs {
         // Fault injection for the tests of panic isolation; off unless the service was started
         // with SITEGATE_FAULT_INJECTION=1.
         ["_fault", "panic"] if ctx.app.fault_injection => panic!("fault injection: a handler panics"),
@@ -788,7 +791,7 @@ fn render(format: &Format, mut members: Vec<Member>, status_text: &'static str) 
     members.push(Member { xml: "status".into(), json: None, attrs: Vec::new(), value: Out::text(status_text) });
     match format {
         Format::Xml => (output::to_xml(&members).into_bytes(), "application/xml; charset=utf-8"),
-        Format::Json => (output::to_json(&members).into_bytes(), "application/json; charset=utf-8"),
+        Format::Json => (output::to_json_bytes(&members), "application/json; charset=utf-8"),
         Format::Jsonp(cb) => {
             (format!("{cb}({});", output::to_json(&members)).into_bytes(), "application/javascript; charset=utf-8")
         }
@@ -797,9 +800,9 @@ fn render(format: &Format, mut members: Vec<Member>, status_text: &'static str) 
 
 pub fn render_reply(format: &Format, reply: Reply, quota_value: String) -> Response {
     let (body, content_type) = render(format, members(reply.doc), "success");
-    let mut headers = vec![("Content-Type", content_type.to_string()), (QUOTA_HEADER, quota_value)];
+    let mut headers = vec![("Content-Type", content_type.into()), (QUOTA_HEADER, quota_value.into())];
     if let Some(location) = reply.location {
-        headers.push(("Location", location));
+        headers.push(("Location", location.into()));
     }
     Response { status: reply.status, headers, body }
 }
@@ -809,7 +812,7 @@ fn render_page(content_type: &'static str, body: &'static str, quota_value: Stri
     Response {
         status: 200,
         headers: vec![
-            ("Content-Type", content_type.to_string()),
+            ("Content-Type", content_type.into()),
             ("Cache-Control", "no-cache".into()),
             ("X-Content-Type-Options", "nosniff".into()),
             ("X-Frame-Options", "DENY".into()),
@@ -818,7 +821,7 @@ fn render_page(content_type: &'static str, body: &'static str, quota_value: Stri
                 "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'".into(),
             ),
             ("Referrer-Policy", "no-referrer".into()),
-            (QUOTA_HEADER, quota_value),
+            (QUOTA_HEADER, quota_value.into()),
         ],
         body: body.as_bytes().to_vec(),
     }
@@ -835,10 +838,10 @@ fn render_download(file: Download, quota_value: String) -> Response {
     Response {
         status: 200,
         headers: vec![
-            ("Content-Type", file.content_type),
-            ("Content-Disposition", format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")),
+            ("Content-Type", file.content_type.into()),
+            ("Content-Disposition", format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}").into()),
             ("X-Content-Type-Options", "nosniff".into()),
-            (QUOTA_HEADER, quota_value),
+            (QUOTA_HEADER, quota_value.into()),
         ],
         body: file.content,
     }
@@ -847,7 +850,7 @@ fn render_download(file: Download, quota_value: String) -> Response {
 pub fn render_error(format: &Format, err: ApiError, quota_value: String) -> Response {
     let errors = Out::map().with(err.element.clone(), Out::text(err.message.clone()));
     let (body, content_type) = render(format, members(Out::map().with("errors", errors)), "failed");
-    let mut headers = vec![("Content-Type", content_type.to_string()), (QUOTA_HEADER, quota_value)];
+    let mut headers = vec![("Content-Type", content_type.into()), (QUOTA_HEADER, quota_value.into())];
     headers.extend(err.headers);
     // A JSONP caller cannot read the status line: answer 200 so the script runs and sees
     // `"status": "failed"`.

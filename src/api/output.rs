@@ -11,11 +11,16 @@ use std::fmt::Write;
 use serde_json::{Map, Value};
 
 use crate::limits;
+use crate::timefmt;
 
 #[derive(Clone, Debug)]
 pub enum Out {
     Text(String),
     Int(i64),
+    /// An integer written as text: `"12"` in JSON where `Int` writes `12`.
+    IntText(i64),
+    /// Unix seconds written as an ISO time ([`timefmt::iso`]), without allocating a string.
+    Time(i64),
     /// JSON null; an empty element in XML.
     Null,
     Map(Vec<Member>),
@@ -144,10 +149,20 @@ fn write_element(out: &mut String, name: &str, attrs: &[(&'static str, String)],
             out.push_str(&escape_text(s));
             close(out, name);
         }
-        Out::Int(n) => {
-            let _ = write!(out, ">{n}");
+        Out::Int(n) | Out::IntText(n) => {
+            out.push('>');
+            out.push_str(itoa::Buffer::new().format(*n));
             close(out, name);
         }
+        Out::Time(t) => timefmt::with_iso(*t, |text| {
+            if text.is_empty() {
+                out.push_str("/>\n");
+            } else {
+                out.push('>');
+                out.push_str(text);
+                close(out, name);
+            }
+        }),
         Out::Map(members) if members.is_empty() => out.push_str("/>\n"),
         Out::Map(members) => {
             out.push_str(">\n");
@@ -202,12 +217,18 @@ fn xml_chars(s: &str) -> Cow<'_, str> {
 
 /// The members as one JSON object.
 pub fn to_json(members: &[Member]) -> String {
+    String::from_utf8(to_json_bytes(members)).unwrap_or_else(|_| "{}".into())
+}
+
+/// [`to_json`] as bytes, for a response body: serde_json writes UTF-8 only, so the document
+/// is not checked again (some 400 instructions of a show).
+pub fn to_json_bytes(members: &[Member]) -> Vec<u8> {
     // Written straight from the tree (building a `Value` first cost more than the query), into
     // a buffer the size of a typical record (growing it from empty was measurable too).
     let mut out = JsonBuf(Vec::with_capacity(limits::RENDER_BUFFER_BYTES));
     match serde_json::to_writer(&mut out, &JsonMembers(members)) {
-        Ok(()) => String::from_utf8(out.0).unwrap_or_else(|_| "{}".into()),
-        Err(_) => "{}".into(),
+        Ok(()) => out.0,
+        Err(_) => b"{}".to_vec(),
     }
 }
 
@@ -330,6 +351,8 @@ impl serde::Serialize for JsonOut<'_> {
         match self.0 {
             Out::Text(t) => s.serialize_str(t),
             Out::Int(n) => s.serialize_i64(*n),
+            Out::IntText(n) => s.serialize_str(itoa::Buffer::new().format(*n)),
+            Out::Time(t) => timefmt::with_iso(*t, |text| s.serialize_str(text)),
             Out::Null => s.serialize_unit(),
             Out::Map(members) => JsonMembers(members).serialize(s),
             Out::List { items, .. } => {
@@ -364,6 +387,8 @@ fn to_value(out: &Out) -> Value {
     match out {
         Out::Text(s) => Value::String(s.clone()),
         Out::Int(n) => Value::Number((*n).into()),
+        Out::IntText(n) => Value::String(n.to_string()),
+        Out::Time(t) => Value::String(timefmt::iso(*t)),
         Out::Null => Value::Null,
         Out::Map(members) => members_to_json(members),
         Out::List { items, .. } => Value::Array(items.iter().map(to_value).collect()),
@@ -433,6 +458,30 @@ mod tests {
             unreachable!()
         };
         assert_eq!(to_json(&members), r#"{"k":"3","j":2}"#);
+    }
+
+    /// Numbers and times written at render time read as the same text built beforehand, in
+    /// both encodings and in the built JSON value.
+    #[test]
+    fn lazy_text_renders_as_its_text() {
+        let cases = [
+            (Out::IntText(-42), Out::text("-42")),
+            (Out::IntText(i64::MAX), Out::text(i64::MAX.to_string())),
+            (Out::Time(1_795_474_706), Out::text(timefmt::iso(1_795_474_706))),
+            (Out::Time(-62_135_596_800), Out::text(timefmt::iso(-62_135_596_800))),
+            (Out::Time(i64::MAX), Out::text("")),
+        ];
+        for (lazy, text) in cases {
+            let one = |value: Out| vec![Member { xml: "v".into(), json: None, attrs: vec![], value }];
+            let (lazy, text) = (one(lazy), one(text));
+            assert_eq!(to_xml(&lazy), to_xml(&text));
+            assert_eq!(to_json(&lazy), to_json(&text));
+            assert_eq!(members_to_json(&lazy), members_to_json(&text));
+        }
+        assert!(
+            to_json(&[Member { xml: "v".into(), json: None, attrs: vec![], value: Out::Time(0) }])
+                .contains("1970-01-01T00:00:00+00:00")
+        );
     }
 
     #[test]

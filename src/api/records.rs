@@ -14,56 +14,58 @@ use crate::store::{
     ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordDetail, RecordRow,
     RelatedItem, Search, SearchMode, SortField,
 };
-use crate::timefmt::{self, iso};
+use crate::timefmt;
 
 // ---------------------------------------------------------------------------------------------
 // Output shapes
 
 fn opt_iso(t: Option<i64>) -> Out {
-    Out::text(t.map(iso).unwrap_or_default())
+    t.map_or_else(|| Out::text(""), Out::Time)
 }
 
-fn category_out(c: &CategoryRef) -> Out {
-    Out::map().with("id", Out::Int(c.id)).with("name", Out::text(c.name.clone()))
+fn category_out(c: CategoryRef) -> Out {
+    Out::map().with("id", Out::Int(c.id)).with("name", Out::text(c.name))
 }
 
-fn related_out(r: &RelatedItem) -> Out {
+fn related_out(r: RelatedItem) -> Out {
     Out::map()
         .with("id", Out::Int(r.id))
         .with("typeid", Out::Int(r.typeid))
-        .with("name", Out::text(r.name.clone()))
-        .with("note", Out::text(r.note.clone()))
+        .with("name", Out::text(r.name))
+        .with("note", Out::text(r.note))
 }
 
 /// The `<fields>` of a record: every field of its type (empty when unset), then the audit fields.
-fn record_fields_out(custom: &[CustomField], r: &RecordRow) -> Out {
+/// The record's strings move into the document (a show clones none of them).
+fn record_fields_out(custom: &[CustomField], r: &mut RecordRow) -> Out {
     let defs = model::fields_of(r.record_type, custom);
     let mut fields = Out::map_with_capacity(defs.len() + 6);
     for def in defs {
         let name = def.key();
-        let value = r.fields.get(name.as_ref()).cloned().unwrap_or_default();
-        fields.push(name, Out::text(value));
+        let value = r.fields.remove(name.as_ref()).unwrap_or_default();
+        fields.push(name, Out::Text(value));
     }
-    fields.push("creatorid", Out::text(r.creator_id.to_string()));
-    fields.push("creatorname", Out::text(r.creator_name.clone()));
-    fields.push("creatordate", Out::text(r.created.to_string()));
-    fields.push("modificatorid", Out::text(r.modificator_id.to_string()));
-    fields.push("modificatorname", Out::text(r.modificator_name.clone()));
-    fields.push("modificatordate", Out::text(r.updated.to_string()));
+    fields.push("creatorid", Out::IntText(r.creator_id));
+    fields.push("creatorname", Out::Text(std::mem::take(&mut r.creator_name)));
+    fields.push("creatordate", Out::IntText(r.created));
+    fields.push("modificatorid", Out::IntText(r.modificator_id));
+    fields.push("modificatorname", Out::Text(std::mem::take(&mut r.modificator_name)));
+    fields.push("modificatordate", Out::IntText(r.updated));
     fields
 }
 
-pub(super) fn item_out(custom: &[CustomField], r: &RecordRow) -> Out {
+pub(super) fn item_out(custom: &[CustomField], mut r: RecordRow) -> Out {
+    let fields = record_fields_out(custom, &mut r);
     Out::map_with_capacity(9)
         .with("id", Out::Int(r.id))
-        .with("name", Out::text(r.name.clone()))
+        .with("name", Out::Text(r.name))
         .with("typeid", Out::Int(r.record_type.typeid()))
-        .with("created", Out::text(iso(r.created)))
+        .with("created", Out::Time(r.created))
         .with("viewed", opt_iso(r.viewed))
-        .with("updated", Out::text(iso(r.updated)))
+        .with("updated", Out::Time(r.updated))
         .with("ownership", Out::Int(r.ownership))
         .with("flagged", Out::flag(r.flagged))
-        .with("fields", record_fields_out(custom, r))
+        .with("fields", fields)
 }
 
 pub(super) fn activity_out(rt: RecordType, a: &ActivityRow) -> Out {
@@ -90,9 +92,9 @@ pub(super) fn activity_out(rt: RecordType, a: &ActivityRow) -> Out {
         .with("level", Out::Int(a.level))
         .with("position", Out::Int(a.position))
         .with("flagged", Out::flag(a.flagged))
-        .with("created", Out::text(iso(a.created)))
+        .with("created", Out::Time(a.created))
         .with("viewed", opt_iso(a.viewed))
-        .with("updated", Out::text(iso(a.updated)))
+        .with("updated", Out::Time(a.updated))
         .with("creatorid", Out::Int(a.creator_id))
         .with("creatorname", Out::text(a.creator_name.clone()))
         .with("modificatorid", Out::Int(a.modificator_id))
@@ -114,21 +116,21 @@ fn show_doc(ctx: &Ctx<'_>, rt: RecordType, id: i64, viewed_now: Option<i64>) -> 
     if let Some(now) = viewed_now {
         detail.record.viewed = Some(now);
     }
-    Ok(detail_out(&ctx.app.config.fields, &detail))
+    Ok(detail_out(&ctx.app.config.fields, detail))
 }
 
 /// A record with its activities, categories and related items, as Show (and a webhook) gives it.
-pub(super) fn detail_out(custom: &[CustomField], detail: &RecordDetail) -> Out {
+pub(super) fn detail_out(custom: &[CustomField], detail: RecordDetail) -> Out {
     let rt = detail.record.record_type;
     let mut activities = Out::map();
     for a in &detail.activities {
         activities.push_keyed(a.id, activity_out(rt, a));
     }
     Out::map_with_capacity(4)
-        .with("item", item_out(custom, &detail.record))
+        .with("item", item_out(custom, detail.record))
         .with("activities", activities)
-        .with("categories", Out::list("category", detail.categories.iter().map(category_out).collect()))
-        .with("relateditems", Out::list("relatedto", detail.related.iter().map(related_out).collect()))
+        .with("categories", Out::list("category", detail.categories.into_iter().map(category_out).collect()))
+        .with("relateditems", Out::list("relatedto", detail.related.into_iter().map(related_out).collect()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -320,11 +322,11 @@ fn entry_out(e: &ListEntry, layout: &Layout) -> Out {
         out.push(name.clone(), Out::text(r.fields.get(name).cloned().unwrap_or_default()));
     }
     out.push("company", Out::text(e.company.clone()));
-    out.push("created", Out::text(iso(r.created)));
+    out.push("created", Out::Time(r.created));
     out.push("viewed", opt_iso(r.viewed));
-    out.push("updated", Out::text(iso(r.updated)));
+    out.push("updated", Out::Time(r.updated));
     if layout.categories {
-        out.push("categories", Out::list("category", e.categories.iter().map(category_out).collect()));
+        out.push("categories", Out::list("category", e.categories.iter().cloned().map(category_out).collect()));
     }
     out
 }
@@ -576,7 +578,7 @@ fn search_of(rt: RecordType, custom: &[model::CustomField], p: &Params<'_>) -> R
 
 pub fn list_categories(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
     let cats = ctx.app.store.list_categories(&ctx.viewer, rt)?;
-    Ok(Reply::ok(Out::map().with("categories", Out::list("category", cats.iter().map(category_out).collect()))))
+    Ok(Reply::ok(Out::map().with("categories", Out::list("category", cats.into_iter().map(category_out).collect()))))
 }
 
 pub fn create_category(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {

@@ -16,7 +16,7 @@ use crate::limits;
 use crate::model::activity::{ActivityType, DEAL_STATUSES};
 use crate::model::{Kind, RecordType};
 use crate::store::{Assignee, Billing, DateCondition, ReportOrder, ReportQuery, ReportRow, Stamp};
-use crate::timefmt::{self, iso};
+use crate::timefmt;
 
 /// Type ids the reports accept in `types`: every activity type, and the deployed service's
 /// event (4), non-linked event (61) and scheduled e-mail (88), which no activity here has.
@@ -147,7 +147,7 @@ impl<'a> Common<'a> {
         }
         let ids: Vec<i64> = rows.iter().map(|r| r.record_id).collect();
         let records = self.ctx.app.store.records_by_ids(&self.ctx.viewer, &ids)?;
-        Ok(records.iter().map(|(id, r)| (*id, item_out(&self.ctx.app.config.fields, r))).collect())
+        Ok(records.into_iter().map(|(id, r)| (id, item_out(&self.ctx.app.config.fields, r))).collect())
     }
 
     /// A principal id with its display name as the `cn` attribute.
@@ -194,8 +194,8 @@ impl<'a> Common<'a> {
             .with("itemid", Out::Int(row.record_id))
             .with("itemtype", Out::Int(row.record_typeid))
             .with("itemname", Out::text(row.record_name.clone()))
-            .with("created", Out::text(iso(row.created)))
-            .with("updated", Out::text(iso(row.updated)))
+            .with("created", Out::Time(row.created))
+            .with("updated", Out::Time(row.updated))
             .with("fields", self.fields(row));
         if let Some(item) = items.get(&row.record_id) {
             out.push("item", item.clone());
@@ -310,8 +310,8 @@ pub fn opportunities(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .with("valuecurrency", f("valuecurrency"))
                 .with("valueinterval", f("valueinterval"))
                 .with("probability", f("probability"))
-                .with("created", Out::text(iso(r.created)))
-                .with("modified", Out::text(iso(r.updated)))
+                .with("created", Out::Time(r.created))
+                .with("modified", Out::Time(r.updated))
                 .with("closingdate", f("closingdate"))
                 .with("itemtype", Out::Int(r.record_typeid))
                 .with("itemid", Out::Int(r.record_id))
@@ -414,7 +414,7 @@ pub fn timetracking(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .with("tasklistid", Out::Int(tasklist.0))
                 .with("taskid", Out::Int(task.0))
                 .with("owner", Out::Int(r.creator))
-                .with("created", Out::text(iso(r.created)))
+                .with("created", Out::Time(r.created))
                 .with("billable", f("billable"));
             c.push_principal(&mut out, "person", r.fields.get("person").map(String::as_str).unwrap_or(""));
             out.push("hours", f("hours"));

@@ -27,7 +27,7 @@ pub struct Payloads {
 impl Render for Payloads {
     fn render(&self, n: &Notification<'_>, contenttype: ContentType) -> Vec<u8> {
         let content = match &n.content {
-            Content::Record(detail) => detail_out(&self.fields, detail),
+            Content::Record(detail) => detail_out(&self.fields, (*detail).clone()),
             Content::Activity { activity, record_id, record_type } => Out::map()
                 .with("activity", activity_out(*record_type, activity))
                 .with("itemid", Out::Int(*record_id))
@@ -41,7 +41,7 @@ impl Render for Payloads {
         let members = members(doc);
         match contenttype {
             ContentType::Xml => output::to_xml_root("notification", &members).into_bytes(),
-            ContentType::Json => output::to_json(&members).into_bytes(),
+            ContentType::Json => output::to_json_bytes(&members),
             ContentType::Form => output::to_form(&members).into_bytes(),
         }
     }
@@ -189,7 +189,7 @@ fn delivery_out(d: &DeliveryInfo) -> Out {
         .with("objectid", Out::Int(d.object_id))
         .with("state", Out::text(d.state.as_str()))
         .with("attempts", Out::Int(d.attempts))
-        .with("created", Out::text(iso(d.created)))
+        .with("created", Out::Time(d.created))
         .with("nextattempt", Out::text(if d.finished.is_none() { iso(d.next_at) } else { String::new() }))
         .with("finished", Out::text(d.finished.map(iso).unwrap_or_default()))
         .with("laststatus", Out::text(d.last_status.map(|s| s.to_string()).unwrap_or_default()))

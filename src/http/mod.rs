@@ -12,6 +12,7 @@ pub mod events;
 pub mod pool;
 pub mod tls;
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -362,14 +363,23 @@ async fn read_body(mut body: Incoming, max: usize) -> BodyRead {
 }
 
 fn to_hyper(resp: api::Response) -> hyper::Response<ResponseBody> {
-    let mut builder = hyper::Response::builder().status(resp.status);
-    for (name, value) in &resp.headers {
-        builder = builder.header(*name, value.as_str());
-    }
-    builder.body(http_body_util::Either::Left(Full::new(Bytes::from(resp.body)))).unwrap_or_else(|e| {
+    let failed = |e: &dyn std::fmt::Display| {
         log::error!("cannot build a response: {e}");
         let mut r = hyper::Response::new(http_body_util::Either::Left(Full::new(Bytes::new())));
         *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         r
-    })
+    };
+    let mut builder = hyper::Response::builder().status(resp.status);
+    for (name, value) in resp.headers {
+        // The value's bytes become the header's without a copy.
+        let bytes = match value {
+            Cow::Borrowed(s) => Bytes::from_static(s.as_bytes()),
+            Cow::Owned(s) => Bytes::from(s),
+        };
+        match hyper::header::HeaderValue::from_maybe_shared(bytes) {
+            Ok(v) => builder = builder.header(name, v),
+            Err(e) => return failed(&e),
+        }
+    }
+    builder.body(http_body_util::Either::Left(Full::new(Bytes::from(resp.body)))).unwrap_or_else(|e| failed(&e))
 }

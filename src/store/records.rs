@@ -2,8 +2,9 @@
 //! list with filters and searches; their category tags and related items.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
-use rusqlite::types::Value;
+use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, ToSql};
 
 use super::ExecCached;
@@ -72,6 +73,7 @@ pub struct ActivityRow {
     pub file: Option<FileInfo>,
 }
 
+#[derive(Clone, Debug)]
 pub struct RecordDetail {
     pub record: RecordRow,
     pub activities: Vec<ActivityRow>,
@@ -208,7 +210,11 @@ pub(super) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<RecordRow> {
         id: row.get(0)?,
         record_type: RecordType::from_typeid(typeid).unwrap_or(RecordType::Contact),
         name: row.get(2)?,
-        fields: parse_fields(&row.get::<_, String>(3)?),
+        // Parsed where SQLite holds it, not copied into a string first.
+        fields: match row.get_ref(3)? {
+            ValueRef::Text(json) => parse_fields(std::str::from_utf8(json).unwrap_or_default()),
+            _ => FieldValues::new(),
+        },
         ownership: row.get(4)?,
         flagged: row.get(5)?,
         created: row.get(6)?,
@@ -813,6 +819,37 @@ const PRESENCE_COLUMNS: &str = ",
     EXISTS (SELECT 1 FROM relations r WHERE r.item = i.id),
     EXISTS (SELECT 1 FROM items a WHERE a.record_id = i.id AND a.parent IS NOT NULL AND a.archived IS NULL)";
 
+/// The statement of [`load_record_with`] for each state, presence flag and kind of viewer,
+/// built once (a show runs one of them; building it for each request was measurable).
+fn record_sql(state: State, presence: bool, admin: bool) -> &'static str {
+    const STATES: [State; 3] = [State::Live, State::Deleted, State::Any];
+    static SQL: OnceLock<Vec<String>> = OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        let mut all = Vec::with_capacity(STATES.len() * 4);
+        for state in STATES {
+            let archived = match state {
+                State::Live => "i.archived IS NULL",
+                State::Deleted => "i.archived = i.id",
+                State::Any => "1",
+            };
+            for presence in [false, true] {
+                let extra = if presence { PRESENCE_COLUMNS } else { "" };
+                for admin in [false, true] {
+                    let visible = if admin { "1" } else { "i.ownership IN (SELECT value FROM json_each(?4))" };
+                    all.push(format!(
+                        "SELECT {RECORD_COLUMNS}{extra} FROM items i {AUDIT_JOINS}
+                         WHERE i.id = ?1 AND i.org = ?2 AND i.typeid = ?3 AND i.parent IS NULL AND {archived}
+                           AND {visible}"
+                    ));
+                }
+            }
+        }
+        all
+    });
+    let state_index = STATES.iter().position(|s| *s == state).unwrap_or(0);
+    &all[state_index * 4 + usize::from(presence) * 2 + usize::from(admin)]
+}
+
 /// [`load_record_in`]; with `presence`, also the flags of [`PRESENCE_COLUMNS`] (else all false).
 fn load_record_with(
     tx: &Connection,
@@ -822,33 +859,18 @@ fn load_record_with(
     state: State,
     presence: bool,
 ) -> Result<(RecordRow, [bool; 3])> {
-    let archived = match state {
-        State::Live => "i.archived IS NULL",
-        State::Deleted => "i.archived = i.id",
-        State::Any => "1",
-    };
-    let extra = if presence { PRESENCE_COLUMNS } else { "" };
-    let sql = format!(
-        "SELECT {RECORD_COLUMNS}{extra} FROM items i {AUDIT_JOINS}
-         WHERE i.id = :id AND i.org = :org AND i.typeid = :typeid AND i.parent IS NULL AND {archived}
-           AND {}",
-        visible(viewer, "i")
-    );
-    let mut params: Vec<(&'static str, Value)> = vec![
-        (":id", Value::Integer(id)),
-        (":org", Value::Text(viewer.org.clone())),
-        (":typeid", Value::Integer(record_type.typeid())),
-    ];
-    if !viewer.admin {
-        params.push((":owners", Value::Text(owner_ids_json(viewer))));
-    }
-    let mut stmt = tx.prepare_cached(&sql)?;
+    let sql = record_sql(state, presence, viewer.admin);
+    let owners = if viewer.admin { String::new() } else { owner_ids_json(viewer) };
+    let mut stmt = tx.prepare_cached(sql)?;
     debug_assert_eq!(stmt.column_count(), RECORD_COLUMN_COUNT + if presence { 3 } else { 0 });
-    let bound = bind(&stmt, &params);
     let flag = |row: &Row<'_>, i: usize| -> rusqlite::Result<bool> {
         Ok(presence && row.get::<_, bool>(RECORD_COLUMN_COUNT + i)?)
     };
-    stmt.query_row(bound.as_slice(), |row| Ok((record_from_row(row)?, [flag(row, 0)?, flag(row, 1)?, flag(row, 2)?])))
+    // Positional: `?4` (the viewer's owner ids) only where the viewer is not an administrator.
+    let typeid = record_type.typeid();
+    let all: [&dyn ToSql; 4] = [&id, &viewer.org, &typeid, &owners];
+    let params = if viewer.admin { &all[..3] } else { &all[..] };
+    stmt.query_row(params, |row| Ok((record_from_row(row)?, [flag(row, 0)?, flag(row, 1)?, flag(row, 2)?])))
         .optional()?
         .ok_or(StoreError::NotFound)
 }
