@@ -226,7 +226,7 @@ impl App {
             self.metrics.login_refusals.inc();
             return Err(Denied::Locked(ms));
         }
-        match self.verified.authenticate(&self.store, header.to_str().ok().or(Some(""))) {
+        match self.verified.authenticate(&self.store, header) {
             Ok(viewer) => Ok(viewer),
             Err(AuthError::Refused) => {
                 self.metrics.login_failures.inc();

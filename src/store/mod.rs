@@ -26,7 +26,7 @@ mod records;
 mod reports;
 mod schema;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -134,7 +134,8 @@ pub struct Store {
     watcher: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     /// "Viewed" stamps not yet written: item id -> Unix seconds.
-    viewed_pending: Mutex<HashMap<i64, i64>>,
+    /// foldhash rather than SipHash: two lookups per show, keys are ids, bounded.
+    viewed_pending: Mutex<foldhash::HashMap<i64, i64>>,
     viewed_dropped: AtomicU64,
     /// Set at service start: changes then write webhook deliveries.
     outbox: std::sync::OnceLock<hooks::Outbox>,
@@ -163,7 +164,7 @@ impl Store {
             committed: Condvar::new(),
             watcher: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
-            viewed_pending: Mutex::new(HashMap::new()),
+            viewed_pending: Mutex::new(foldhash::HashMap::default()),
             viewed_dropped: AtomicU64::new(0),
             outbox: std::sync::OnceLock::new(),
         })
