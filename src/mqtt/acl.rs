@@ -46,15 +46,18 @@ pub fn may_publish(p: &Principal, topic: &str) -> bool {
     if is_espresense(topic) {
         return p.receiver;
     }
-    let levels: Vec<&str> = topic.split('/').collect();
-    if levels.len() < 2 || levels[0] != p.org || levels[1].is_empty() {
+    // Judged level by level as the topic is split (every PUBLISH comes through here).
+    let mut levels = topic.split('/');
+    let (Some(org), Some(second)) = (levels.next(), levels.next()) else { return false };
+    if org != p.org || second.is_empty() {
         return false;
     }
-    if levels[1] == "receivers" {
+    if second == "receivers" {
         return p.receiver;
     }
     // {org}/{deviceId}/{data|state|alert}: the gateway's own.
-    !(levels.len() == 3 && FEED_STREAMS.contains(&levels[2]))
+    let feed = levels.next().is_some_and(|third| FEED_STREAMS.contains(&third));
+    !(feed && levels.next().is_none())
 }
 
 /// `espresense/devices/{id}/{room}`: what ESPresense nodes publish.
@@ -94,6 +97,8 @@ mod tests {
         let p = user("acme");
         assert!(may_publish(&p, "acme/intercom/1/ack"));
         assert!(may_publish(&p, "acme/notes"));
+        // Only the three-level feed topics are the gateway's own.
+        assert!(may_publish(&p, "acme/5.1.22/data/extra") && may_publish(&p, "acme/5.1.22/datum"));
         for no in [
             "acme/5.1.22/data",
             "acme/5.1.22/alert",

@@ -248,18 +248,19 @@ struct HookHandler(Arc<Hooks>);
 /// The principal of a client id, from the CONNECT that authenticated it (its `create_time`);
 /// `live` once that connection got its session.
 struct Held {
-    principal: Principal,
+    /// Shared: every PUBLISH looks it up (a clone is a count, not a copy of the org's name).
+    principal: Arc<Principal>,
     create_time: i64,
     live: bool,
 }
 
 impl Hooks {
-    fn principal(&self, client_id: &str) -> Option<Principal> {
+    fn principal(&self, client_id: &str) -> Option<Arc<Principal>> {
         self.principals
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(client_id)
-            .map(|h| h.principal.clone())
+            .map(|h| Arc::clone(&h.principal))
     }
 
     /// Username and password against the store (off the runtime's threads).
@@ -345,7 +346,7 @@ impl Hooks {
         let client_id = ci.client_id().to_string();
         // A client id whose session belongs to another organisation is not taken over (its
         // subscriptions and queued messages would change hands).
-        let held = self.principal(&client_id).map(|p| p.org);
+        let held = self.principal(&client_id).map(|p| p.org.clone());
         if held.is_some_and(|org| org != principal.org) && self.scx.extends.shared().await.exist(&client_id) {
             log::info!("mqtt: refused {username:?}: client id {client_id:?} is in use by another organisation");
             return AuthResult::NotAuthorized;
@@ -366,7 +367,7 @@ impl Hooks {
             let before = rmqtt::utils::timestamp_millis() - limits::MQTT_HANDSHAKE_TIMEOUT_MS_CEILING as i64;
             map.retain(|_, h| h.live || h.create_time > before);
         }
-        map.insert(client_id, Held { principal, create_time: ci.id().create_time, live: false });
+        map.insert(client_id, Held { principal: Arc::new(principal), create_time: ci.id().create_time, live: false });
         AuthResult::Allow(false, None)
     }
 }
