@@ -125,7 +125,6 @@ impl Broker {
             Type::MessageDropped,
             Type::ClientConnected,
             Type::ClientDisconnected,
-            Type::MessagePublish,
         ] {
             register.add(typ, Box::new(HookHandler(Arc::clone(&hooks)))).await;
         }
@@ -396,8 +395,21 @@ impl Handler for HookHandler {
                 (false, Some(HookResult::SubscribeAclResult(result)))
             }
             Parameter::MessagePublishCheckAcl(session, publish) => {
-                let allowed = h.principal(&session.id.client_id).is_some_and(|p| acl::may_publish(&p, &publish.topic));
+                let principal = h.principal(&session.id.client_id);
+                let allowed = principal.as_ref().is_some_and(|p| acl::may_publish(p, &publish.topic));
                 let result = if allowed {
+                    // A receiver's adverts go to the engine once the ACL has let them through
+                    // (only receivers may publish there). Taken here rather than in a
+                    // `MessagePublish` hook, which would cost every message a second call.
+                    if let Some(p) = principal.filter(|_| acl::is_ingest(&publish.topic)) {
+                        match h.ingest.publish(&p.org, &publish.topic, &publish.payload, crate::timefmt::now_ms()) {
+                            Ok(_) | Err(IngestError::NotIngest) => {}
+                            Err(e) => {
+                                h.ingest.rejected.fetch_add(1, Ordering::Relaxed);
+                                log::debug!("mqtt: {:?} on {:?} not taken: {e:?}", session.id.client_id, publish.topic);
+                            }
+                        }
+                    }
                     PublishAclResult::allow()
                 } else {
                     h.stats.publish_refused.fetch_add(1, Ordering::Relaxed);
@@ -411,19 +423,6 @@ impl Handler for HookHandler {
                 // Only if no newer connection with the same client id took the entry over.
                 if map.get(client_id).is_some_and(|h| h.create_time == session.id.create_time) {
                     map.remove(client_id);
-                }
-                (true, acc)
-            }
-            // A receiver's adverts go to the engine (the ACL let only receivers publish there).
-            Parameter::MessagePublish(Some(session), _, publish) if acl::is_ingest(&publish.topic) => {
-                if let Some(p) = h.principal(&session.id.client_id).filter(|p| p.receiver || p.unrestricted) {
-                    match h.ingest.publish(&p.org, &publish.topic, &publish.payload, crate::timefmt::now_ms()) {
-                        Ok(_) | Err(IngestError::NotIngest) => {}
-                        Err(e) => {
-                            h.ingest.rejected.fetch_add(1, Ordering::Relaxed);
-                            log::debug!("mqtt: {:?} on {:?} not taken: {e:?}", session.id.client_id, publish.topic);
-                        }
-                    }
                 }
                 (true, acc)
             }
