@@ -399,8 +399,9 @@ impl Handler for HookHandler {
                 let allowed = principal.as_ref().is_some_and(|p| acl::may_publish(p, &publish.topic));
                 let result = if allowed {
                     // A receiver's adverts go to the engine once the ACL has let them through
-                    // (only receivers may publish there). Taken here rather than in a
-                    // `MessagePublish` hook, which would cost every message a second call.
+                    // (only receivers, and `open_topics` test setups, may publish there). Taken
+                    // here rather than in a `MessagePublish` hook, which would cost every message
+                    // a second call into the hook manager.
                     if let Some(p) = principal.filter(|_| acl::is_ingest(&publish.topic)) {
                         match h.ingest.publish(&p.org, &publish.topic, &publish.payload, crate::timefmt::now_ms()) {
                             Ok(_) | Err(IngestError::NotIngest) => {}
