@@ -42,40 +42,86 @@ pub enum AuthError {
 }
 
 /// Credentials verified since the database last changed: a request with the same
-/// Authorization header skips the lookup and the hash. Any commit (a CLI command disabling a
-/// user or replacing a token included) empties it, so a change applies to the next request.
-#[derive(Default)]
+/// Authorization header skips the lookup and the hash. A commit of the service's own empties
+/// it before the next request; a commit of another process (a CLI command disabling a user or
+/// replacing a token) empties it within `AUTH_OTHER_PROCESS_CHECK_MS`: `PRAGMA data_version`,
+/// which sees those, costs more than the rest of a cache hit and is asked at most that often.
 pub struct Verified {
     inner: std::sync::Mutex<VerifiedInner>,
+    /// How often other processes' commits are looked for.
+    check_every: std::time::Duration,
+}
+
+impl Default for Verified {
+    fn default() -> Verified {
+        Verified::checking_every(std::time::Duration::from_millis(limits::AUTH_OTHER_PROCESS_CHECK_MS))
+    }
 }
 
 #[derive(Default)]
 struct VerifiedInner {
+    /// `Store::local_commits` when the entries were verified.
+    local_commits: u64,
     data_version: i64,
+    /// When `data_version` was last read.
+    data_version_read: Option<std::time::Instant>,
+    /// Times the entries were forgotten: what was verified across one of them is not kept.
+    expired: u64,
     /// Keyed by the header's bytes (a hit needs no text check of the header), foldhash rather
     /// than SipHash: looked up on every request, bounded, and only verified headers get in.
     viewers: foldhash::HashMap<Box<[u8]>, Viewer>,
 }
 
+impl VerifiedInner {
+    /// Forgets every entry unless the database is still as `local_commits` (and
+    /// `data_version`, when read) say. False when `local_commits` is older than the entries
+    /// (read before a commit another request has seen): they are not for this request.
+    fn expire(&mut self, local_commits: u64, data_version: Option<i64>) -> bool {
+        if local_commits > self.local_commits {
+            self.viewers.clear();
+            self.expired += 1;
+            self.local_commits = local_commits;
+        }
+        if let Some(version) = data_version {
+            if self.data_version != version {
+                self.viewers.clear();
+                self.expired += 1;
+                self.data_version = version;
+            }
+            self.data_version_read = Some(std::time::Instant::now());
+        }
+        local_commits == self.local_commits
+    }
+}
+
 impl Verified {
+    fn checking_every(check_every: std::time::Duration) -> Verified {
+        Verified { inner: Default::default(), check_every }
+    }
+
     /// Resolves an Authorization header to the user it authenticates.
     pub fn authenticate(&self, store: &Store, header: &http::HeaderValue) -> Result<Viewer, AuthError> {
-        let version = store.data_version().map_err(AuthError::Store)?;
-        {
-            let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if inner.data_version != version {
-                inner.viewers.clear();
-                inner.data_version = version;
-            }
-            if let Some(v) = inner.viewers.get(header.as_bytes()) {
+        let lock = || self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Read before the entries are looked at: a commit after this read empties them again.
+        let local = store.local_commits();
+        let due = lock().data_version_read.is_none_or(|at| at.elapsed() >= self.check_every);
+        let version = if due { Some(store.data_version().map_err(AuthError::Store)?) } else { None };
+        let expired = {
+            let mut inner = lock();
+            if inner.expire(local, version)
+                && let Some(v) = inner.viewers.get(header.as_bytes())
+            {
                 return Ok(v.clone());
             }
-        }
+            inner.expired
+        };
         // A header that is not visible ASCII authenticates nobody.
         let viewer = authenticate(store, Some(header.to_str().unwrap_or_default()))?;
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Kept only if nothing was committed since the version was read (else it may be stale).
-        if inner.data_version == version {
+        let mut inner = lock();
+        // Kept only if the entries were not forgotten and nothing was committed here since the
+        // lookup began (else it may be stale); another process's commit meanwhile empties the
+        // entries at the next check.
+        if inner.expired == expired && store.local_commits() == local {
             if inner.viewers.len() >= limits::AUTH_VERIFIED_ENTRIES_MAX {
                 inner.viewers.clear();
             }
@@ -212,6 +258,62 @@ impl Throttle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The service's own changes to a user apply to the very next request; another process's
+    /// (the CLI's) once `AUTH_OTHER_PROCESS_CHECK_MS` has passed.
+    #[test]
+    fn verified_credentials_follow_changes_of_this_and_other_processes() {
+        let dir = std::env::temp_dir().join(format!("sitegate-verified-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("site.db");
+        let store = Store::open(&path).unwrap();
+        let org = crate::config::Organization { id: "acme".into(), name: "Acme".into() };
+        store.sync_organizations(&[org]).unwrap();
+        let old = token_hash("old");
+        let ann = crate::store::NewUser {
+            org: "acme",
+            email: "ann@acme.test",
+            name: "Ann",
+            admin: false,
+            prevent_private: false,
+            groups: &[],
+            token_sha256: &old,
+        };
+        store.create_user(&ann).unwrap();
+        let header = |token: &str| {
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!("ann@acme.test:{token}"));
+            http::HeaderValue::from_str(&format!("Basic {basic}")).unwrap()
+        };
+        // This process: disabled, enabled, a new token, each seen by the next request (with
+        // other processes' commits looked for only once an hour).
+        let verified = Verified::checking_every(std::time::Duration::from_secs(3600));
+        let accepted = |token: &str| verified.authenticate(&store, &header(token)).is_ok();
+        assert!(accepted("old"));
+        assert!(accepted("old"), "a cached hit");
+        assert!(!accepted("wrong"));
+        store.disable_user("ann@acme.test", true).unwrap();
+        assert!(!accepted("old"));
+        store.disable_user("ann@acme.test", false).unwrap();
+        assert!(accepted("old"));
+        store.set_token("ann@acme.test", &token_hash("mid")).unwrap();
+        assert!(!accepted("old"));
+        assert!(accepted("mid"));
+
+        // Another process (its own connection and writer): seen after the check interval.
+        let verified = Verified::default();
+        let accepted = |token: &str| verified.authenticate(&store, &header(token)).is_ok();
+        assert!(accepted("mid"));
+        let other = Store::open(&path).unwrap();
+        other.set_token("ann@acme.test", &token_hash("new")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5 * limits::AUTH_OTHER_PROCESS_CHECK_MS + 5));
+        assert!(!accepted("mid"));
+        assert!(accepted("new"));
+        other.disable_user("ann@acme.test", true).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5 * limits::AUTH_OTHER_PROCESS_CHECK_MS + 5));
+        assert!(!accepted("new"));
+        drop((other, store));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_nth_failure_locks_the_address_out_for_the_lockout() {

@@ -130,6 +130,9 @@ pub struct Store {
     writers_waiting: AtomicUsize,
     commits: Mutex<Commits>,
     committed: Condvar,
+    /// Transactions this process ended on the writer (committed or not), for caches of what
+    /// rarely changes: see [`Store::local_commits`].
+    local_commits: AtomicU64,
     /// A connection that only answers `PRAGMA data_version` (see [`Store::data_version`]).
     watcher: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
@@ -162,6 +165,7 @@ impl Store {
             writers_waiting: AtomicUsize::new(0),
             commits: Mutex::new(Commits { done: 0, failed: VecDeque::new() }),
             committed: Condvar::new(),
+            local_commits: AtomicU64::new(0),
             watcher: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             viewed_pending: Mutex::new(foldhash::HashMap::default()),
@@ -243,6 +247,13 @@ impl Store {
             *watcher = None;
         }
         Ok(version?)
+    }
+
+    /// A number that changes whenever this process ends a write transaction, by the time the
+    /// writes in it return. An atomic read: unlike [`Store::data_version`] it does not see
+    /// other processes' commits.
+    pub fn local_commits(&self) -> u64 {
+        self.local_commits.load(Ordering::Acquire)
     }
 
     /// Runs `f` as one write on the writer, all or nothing, and returns once it is committed
@@ -339,6 +350,7 @@ impl Store {
         if result.is_err() && !w.conn.is_autocommit() {
             let _ = exec_cached(&w.conn, "ROLLBACK");
         }
+        self.local_commits.fetch_add(1, Ordering::AcqRel);
         let mut commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         commits.done = batch.id;
         if let Err(e) = &result {
