@@ -60,7 +60,8 @@ pub struct App {
     pub verified: auth::Verified,
     /// Failed logins per client address (shared with the MQTT broker).
     pub throttle: Arc<auth::Throttle>,
-    /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics (for tests).
+    /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics and `/_fault/hold` holds
+    /// its worker for half a second (for tests).
     pub fault_injection: bool,
     pub metrics: Arc<Metrics>,
     /// The site map and location settings in force (replaced on SIGHUP).
@@ -126,7 +127,7 @@ impl Format {
                 .get_all(*name)
                 .iter()
                 .filter_map(|v| v.to_str().ok())
-                .any(|v| v.to_ascii_lowercase().contains("json"))
+                .any(|v| v.as_bytes().windows(4).any(|w| w.eq_ignore_ascii_case(b"json")))
         });
         if wants_json { Format::Json } else { Format::Xml }
     }
@@ -623,6 +624,10 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Resul
         // Fault injection for the tests of panic isolation; off unless the service was started
         // with SITEGATE_FAULT_INJECTION=1.
         ["_fault", "panic"] if ctx.app.fault_injection => panic!("fault injection: a handler panics"),
+        ["_fault", "hold"] if ctx.app.fault_injection => {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            Ok(Reply::ok(Out::map()))
+        }
         ["status", "snapshot"] => match *method {
             Method::GET => status::show(ctx),
             _ => allow(&["GET"]),

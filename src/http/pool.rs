@@ -21,8 +21,8 @@ pub struct Pool {
     metrics: Arc<crate::metrics::Metrics>,
 }
 
-/// The queue is full (or the pool is stopping): the request was not queued.
-pub struct Refused;
+/// The queue is full (or the pool is stopping): the request was not queued, and is given back.
+pub struct Refused(pub Box<api::Request>);
 
 impl Pool {
     pub fn start(app: Arc<App>, workers: usize, queue_depth_max: usize) -> std::io::Result<Pool> {
@@ -49,15 +49,17 @@ impl Pool {
     /// Queues a request; the receiver yields its response.
     pub fn submit(&self, req: api::Request) -> Result<oneshot::Receiver<api::Response>, Refused> {
         let (reply, rx) = oneshot::channel();
-        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner).clone().ok_or(Refused)?;
+        let Some(tx) = self.tx.lock().unwrap_or_else(PoisonError::into_inner).clone() else {
+            return Err(Refused(Box::new(req)));
+        };
         match tx.try_send(Job { req, reply }) {
             Ok(()) => {
                 self.metrics.queue_depth.set(tx.len() as i64);
                 Ok(rx)
             }
-            Err(_) => {
+            Err(e) => {
                 self.metrics.rejected_busy.inc();
-                Err(Refused)
+                Err(Refused(Box::new(e.into_inner().req)))
             }
         }
     }

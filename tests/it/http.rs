@@ -97,6 +97,39 @@ fn a_panicking_handler_fails_that_request_only() {
     plain.admin_client().get("/_fault/panic").assert_status(404);
 }
 
+/// With every worker busy and the queue full, a request is answered 503 at once, in the
+/// encoding it asked for; the held requests are still served.
+#[test]
+fn a_full_queue_answers_503_in_the_asked_encoding() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 1\nqueue_depth_max = 1");
+    let s = Service::start_with(
+        "a_full_queue_answers_503_in_the_asked_encoding",
+        Options { config: &config, env: vec![("SITEGATE_FAULT_INJECTION", "1")] },
+    );
+    // One request holds the worker, one waits in the queue; the rest find it full. Tried
+    // again (up to the deadline) when a slow machine let the timing come out otherwise.
+    let c = s.admin_client();
+    let (json, xml) = crate::support::wait_for("503 answers while the queue is full", || {
+        let hold = || {
+            let c = s.admin_client();
+            let held = std::thread::spawn(move || c.get("/_fault/hold").status);
+            std::thread::sleep(Duration::from_millis(100));
+            held
+        };
+        let held = [hold(), hold()];
+        let json = c.get_json("/contacts");
+        let xml = c.get("/contacts");
+        let served = held.into_iter().all(|h| h.join().unwrap() == 200);
+        (served && json.status == 503 && xml.status == 503).then_some((json, xml))
+    });
+    assert!(json.header("Content-Type").unwrap().starts_with("application/json"), "{json:?}");
+    assert!(json.json()["errors"].is_object(), "{}", json.body);
+    assert!(xml.header("Content-Type").unwrap().starts_with("application/xml"), "{xml:?}");
+    assert!(xml.body.contains("<errors>"), "{}", xml.body);
+    // Once the queue drains the service answers again.
+    c.get("/contacts").assert_status(200);
+}
+
 #[test]
 fn bodies_over_the_limit_get_413_and_slow_bodies_408() {
     let config = format!("{BASE_CONFIG}\n").replace(
