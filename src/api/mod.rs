@@ -788,12 +788,12 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Resul
 pub(crate) fn members(doc: Out) -> Vec<Member> {
     match doc {
         Out::Map(m) => m,
-        other => vec![Member { xml: "result".into(), json: None, attrs: Vec::new(), value: other }],
+        other => vec![Member::new("result", other)],
     }
 }
 
 fn render(format: &Format, mut members: Vec<Member>, status_text: &'static str) -> (Vec<u8>, &'static str) {
-    members.push(Member { xml: "status".into(), json: None, attrs: Vec::new(), value: Out::text(status_text) });
+    members.push(Member::new("status", Out::text(status_text)));
     match format {
         Format::Xml => (output::to_xml(&members).into_bytes(), "application/xml; charset=utf-8"),
         Format::Json => (output::to_json_bytes(&members), "application/json; charset=utf-8"),

@@ -34,9 +34,31 @@ pub enum Out {
 #[derive(Clone, Debug)]
 pub struct Member {
     pub xml: Cow<'static, str>,
+    /// What few members have (a JSON key of its own, attributes), boxed: a record's document
+    /// has some forty members, each built, copied and dropped with every show.
+    pub extra: Option<Box<MemberExtra>>,
+    pub value: Out,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct MemberExtra {
+    /// The key in JSON when it is not `xml`.
     pub json: Option<String>,
     pub attrs: Vec<(&'static str, String)>,
-    pub value: Out,
+}
+
+impl Member {
+    pub fn new(xml: impl Into<Cow<'static, str>>, value: Out) -> Member {
+        Member { xml: xml.into(), extra: None, value }
+    }
+
+    fn json(&self) -> Option<&str> {
+        self.extra.as_ref().and_then(|e| e.json.as_deref())
+    }
+
+    fn attrs(&self) -> &[(&'static str, String)] {
+        self.extra.as_ref().map_or(&[], |e| &e.attrs)
+    }
 }
 
 impl Out {
@@ -65,7 +87,7 @@ impl Out {
 
     pub fn push(&mut self, name: impl Into<Cow<'static, str>>, value: Out) {
         if let Out::Map(members) = self {
-            members.push(Member { xml: name.into(), json: None, attrs: Vec::new(), value });
+            members.push(Member::new(name, value));
         }
     }
 
@@ -74,8 +96,7 @@ impl Out {
         if let Out::Map(members) = self {
             members.push(Member {
                 xml: format!("id{id}").into(),
-                json: Some(id.to_string()),
-                attrs: Vec::new(),
+                extra: Some(Box::new(MemberExtra { json: Some(id.to_string()), attrs: Vec::new() })),
                 value,
             });
         }
@@ -91,7 +112,8 @@ impl Out {
         value: Out,
     ) {
         if let Out::Map(members) = self {
-            members.push(Member { xml: name.into(), json: None, attrs: vec![(attr, attr_value)], value });
+            let extra = MemberExtra { json: None, attrs: vec![(attr, attr_value)] };
+            members.push(Member { xml: name.into(), extra: Some(Box::new(extra)), value });
         }
     }
 
@@ -131,7 +153,7 @@ fn indent(out: &mut String, depth: usize) {
 }
 
 fn write_member(out: &mut String, m: &Member, depth: usize) {
-    write_element(out, &m.xml, &m.attrs, &m.value, depth);
+    write_element(out, &m.xml, m.attrs(), &m.value, depth);
 }
 
 fn write_element(out: &mut String, name: &str, attrs: &[(&'static str, String)], value: &Out, depth: usize) {
@@ -269,16 +291,16 @@ const SMALL_MAP_MEMBERS: usize = 32;
 
 /// A member's JSON key, and the key of each of its attributes (`name_attr`).
 fn json_key(m: &Member) -> &str {
-    m.json.as_deref().unwrap_or(&m.xml)
+    m.json().unwrap_or(&m.xml)
 }
 
 /// Whether a map has a key twice, counting its attributes' keys (`name_attr`).
 fn members_repeat_a_key(members: &[Member]) -> bool {
-    if members.iter().any(|m| !m.attrs.is_empty()) {
+    if members.iter().any(|m| !m.attrs().is_empty()) {
         let mut owned: Vec<String> = Vec::new();
         for m in members {
             owned.push(json_key(m).to_string());
-            owned.extend(m.attrs.iter().map(|(a, _)| format!("{}_{a}", json_key(m))));
+            owned.extend(m.attrs().iter().map(|(a, _)| format!("{}_{a}", json_key(m))));
         }
         let mut keys: Vec<&str> = owned.iter().map(String::as_str).collect();
         has_repeated_key(&mut keys)
@@ -313,7 +335,7 @@ fn write_json_members(out: &mut Vec<u8>, members: &[Member]) {
         json_escape_simd::escape_into(key, out);
         out.push(b':');
         write_json(out, &m.value);
-        for (attr, v) in &m.attrs {
+        for (attr, v) in m.attrs() {
             out.push(b',');
             json_escape_simd::escape_into(format!("{key}_{attr}"), out);
             out.push(b':');
@@ -361,9 +383,9 @@ pub fn to_form(members: &[Member]) -> String {
 pub fn members_to_json(members: &[Member]) -> Value {
     let mut map = Map::with_capacity(members.len());
     for m in members {
-        let key = m.json.clone().unwrap_or_else(|| m.xml.to_string());
+        let key = m.json().map_or_else(|| m.xml.to_string(), str::to_string);
         map.insert(key.clone(), to_value(&m.value));
-        for (attr, v) in &m.attrs {
+        for (attr, v) in m.attrs() {
             map.insert(format!("{key}_{attr}"), Value::String(v.clone()));
         }
     }
@@ -394,12 +416,9 @@ mod tests {
             .with("categories", Out::list("category", vec![Out::map().with("id", Out::Int(5))]))
             .with("empty", Out::text(""));
         let Out::Map(mut members) = doc else { unreachable!() };
-        members.push(Member {
-            xml: "assignedto".into(),
-            json: None,
-            attrs: vec![("cn", "Ann <Lee>".into())],
-            value: Out::text("12"),
-        });
+        let mut assigned = Member::new("assignedto", Out::text("12"));
+        assigned.extra = Some(Box::new(MemberExtra { json: None, attrs: vec![("cn", "Ann <Lee>".into())] }));
+        members.push(assigned);
         let Out::Map(e) = entries else { unreachable!() };
         members.extend(e);
         let xml = to_xml(&members);
@@ -411,7 +430,7 @@ mod tests {
             to_json(&members),
             r#"{"categories":[{"id":5}],"empty":"","assignedto":"12","assignedto_cn":"Ann <Lee>","131":{"name":"A & B"}}"#
         );
-        let bad = to_xml(&[Member { xml: "x".into(), json: None, attrs: vec![], value: Out::text("a\u{1}b") }]);
+        let bad = to_xml(&[Member::new("x", Out::text("a\u{1}b"))]);
         assert!(bad.contains("<x>a\u{FFFD}b</x>"));
     }
 
@@ -459,16 +478,13 @@ mod tests {
             (Out::Time(i64::MAX), Out::text("")),
         ];
         for (lazy, text) in cases {
-            let one = |value: Out| vec![Member { xml: "v".into(), json: None, attrs: vec![], value }];
+            let one = |value: Out| vec![Member::new("v", value)];
             let (lazy, text) = (one(lazy), one(text));
             assert_eq!(to_xml(&lazy), to_xml(&text));
             assert_eq!(to_json(&lazy), to_json(&text));
             assert_eq!(members_to_json(&lazy), members_to_json(&text));
         }
-        assert!(
-            to_json(&[Member { xml: "v".into(), json: None, attrs: vec![], value: Out::Time(0) }])
-                .contains("1970-01-01T00:00:00+00:00")
-        );
+        assert!(to_json(&[Member::new("v", Out::Time(0))]).contains("1970-01-01T00:00:00+00:00"));
     }
 
     /// Strings are escaped as serde_json escapes them: every ASCII character, multi-byte
@@ -489,12 +505,10 @@ mod tests {
             texts.push("y".repeat(len));
         }
         for t in texts {
-            let members = vec![Member {
-                xml: "v".into(),
-                json: None,
-                attrs: vec![("cn", t.clone())],
-                value: Out::list("x", vec![Out::text(t.clone()), Out::map().with(t.clone(), Out::Null)]),
-            }];
+            let mut member =
+                Member::new("v", Out::list("x", vec![Out::text(t.clone()), Out::map().with(t.clone(), Out::Null)]));
+            member.extra = Some(Box::new(MemberExtra { json: None, attrs: vec![("cn", t.clone())] }));
+            let members = vec![member];
             let expected = serde_json::to_string(&members_to_json(&members)).unwrap();
             assert_eq!(to_json(&members), expected, "{t:?}");
         }
