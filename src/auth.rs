@@ -41,11 +41,12 @@ pub enum AuthError {
     Store(StoreError),
 }
 
-/// Credentials verified since the database last changed: a request with the same
-/// Authorization header skips the lookup and the hash. A commit of the service's own empties
-/// it before the next request; a commit of another process (a CLI command disabling a user or
-/// replacing a token) empties it within `AUTH_OTHER_PROCESS_CHECK_MS`: `PRAGMA data_version`,
-/// which sees those, costs more than the rest of a cache hit and is asked at most that often.
+/// Credentials verified since users, groups or memberships last changed: a request with the
+/// same Authorization header skips the lookup and the hash. Other writes (records, locations)
+/// leave it be. A change by the service itself empties it before the next request; a change by
+/// another process (a CLI command disabling a user or replacing a token) empties it within
+/// `AUTH_OTHER_PROCESS_CHECK_MS`: `Store::credentials_version`, which sees those, costs more
+/// than the rest of a cache hit and is asked at most that often.
 pub struct Verified {
     inner: std::sync::Mutex<VerifiedInner>,
     /// How often other processes' commits are looked for.
@@ -60,11 +61,12 @@ impl Default for Verified {
 
 #[derive(Default)]
 struct VerifiedInner {
-    /// `Store::local_commits` when the entries were verified.
-    local_commits: u64,
-    data_version: i64,
-    /// When `data_version` was last read.
-    data_version_read: Option<std::time::Instant>,
+    /// `Store::local_credential_writes` when the entries were verified.
+    local_writes: u64,
+    /// `Store::credentials_version` when last read.
+    version: i64,
+    /// When `version` was last read.
+    version_read: Option<std::time::Instant>,
     /// Times the entries were forgotten: what was verified across one of them is not kept.
     expired: u64,
     /// Keyed by the header's bytes (a hit needs no text check of the header), foldhash rather
@@ -73,24 +75,24 @@ struct VerifiedInner {
 }
 
 impl VerifiedInner {
-    /// Forgets every entry unless the database is still as `local_commits` (and
-    /// `data_version`, when read) say. False when `local_commits` is older than the entries
-    /// (read before a commit another request has seen): they are not for this request.
-    fn expire(&mut self, local_commits: u64, data_version: Option<i64>) -> bool {
-        if local_commits > self.local_commits {
+    /// Forgets every entry unless the credentials are still as `local_writes` (and `version`,
+    /// when read) say. False when `local_writes` is older than the entries (read before a
+    /// write another request has seen): they are not for this request.
+    fn expire(&mut self, local_writes: u64, version: Option<i64>) -> bool {
+        if local_writes > self.local_writes {
             self.viewers.clear();
             self.expired += 1;
-            self.local_commits = local_commits;
+            self.local_writes = local_writes;
         }
-        if let Some(version) = data_version {
-            if self.data_version != version {
+        if let Some(version) = version {
+            if self.version != version {
                 self.viewers.clear();
                 self.expired += 1;
-                self.data_version = version;
+                self.version = version;
             }
-            self.data_version_read = Some(std::time::Instant::now());
+            self.version_read = Some(std::time::Instant::now());
         }
-        local_commits == self.local_commits
+        local_writes == self.local_writes
     }
 }
 
@@ -99,13 +101,19 @@ impl Verified {
         Verified { inner: Default::default(), check_every }
     }
 
+    /// Times the entries were forgotten.
+    #[cfg(test)]
+    fn expired(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).expired
+    }
+
     /// Resolves an Authorization header to the user it authenticates.
     pub fn authenticate(&self, store: &Store, header: &http::HeaderValue) -> Result<Viewer, AuthError> {
         let lock = || self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Read before the entries are looked at: a commit after this read empties them again.
-        let local = store.local_commits();
-        let due = lock().data_version_read.is_none_or(|at| at.elapsed() >= self.check_every);
-        let version = if due { Some(store.data_version().map_err(AuthError::Store)?) } else { None };
+        let local = store.local_credential_writes();
+        let due = lock().version_read.is_none_or(|at| at.elapsed() >= self.check_every);
+        let version = if due { Some(store.credentials_version().map_err(AuthError::Store)?) } else { None };
         let expired = {
             let mut inner = lock();
             if inner.expire(local, version)
@@ -118,10 +126,10 @@ impl Verified {
         // A header that is not visible ASCII authenticates nobody.
         let viewer = authenticate(store, Some(header.to_str().unwrap_or_default()))?;
         let mut inner = lock();
-        // Kept only if the entries were not forgotten and nothing was committed here since the
-        // lookup began (else it may be stale); another process's commit meanwhile empties the
-        // entries at the next check.
-        if inner.expired == expired && store.local_commits() == local {
+        // Kept only if the entries were not forgotten and no credentials were written here since
+        // the lookup began (else it may be stale); another process's write meanwhile empties
+        // the entries at the next check.
+        if inner.expired == expired && store.local_credential_writes() == local {
             if inner.viewers.len() >= limits::AUTH_VERIFIED_ENTRIES_MAX {
                 inner.viewers.clear();
             }
@@ -304,6 +312,16 @@ mod tests {
         let accepted = |token: &str| verified.authenticate(&store, &header(token)).is_ok();
         assert!(accepted("mid"));
         let other = Store::open(&path).unwrap();
+        // Other writes, of either process, leave the entries be.
+        let expired = verified.expired();
+        let beta = crate::config::Organization { id: "beta".into(), name: "Beta".into() };
+        other.sync_organizations(&[beta]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5 * limits::AUTH_OTHER_PROCESS_CHECK_MS + 5));
+        assert!(accepted("mid"));
+        let gamma = crate::config::Organization { id: "gamma".into(), name: "Gamma".into() };
+        store.sync_organizations(&[gamma]).unwrap();
+        assert!(accepted("mid"));
+        assert_eq!(verified.expired(), expired, "emptied by a write of something else");
         other.set_token("ann@acme.test", &token_hash("new")).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(5 * limits::AUTH_OTHER_PROCESS_CHECK_MS + 5));
         assert!(!accepted("mid"));

@@ -185,11 +185,12 @@ pub const STORE_VIEWED_FLUSH_INTERVAL_MS: u64 = 1_000;
 
 // --- Users ---------------------------------------------------------------------------------
 
-/// Verified credentials remembered until the database next changes (emptied when full).
+/// Verified credentials remembered until users, groups or memberships next change (emptied
+/// when full).
 pub const AUTH_VERIFIED_ENTRIES_MAX: usize = 1_024;
-/// How often the verified credentials are checked against commits of other processes (a CLI
-/// command replacing a token or disabling a user), at most: such a change applies to requests
-/// from this long after it. The service's own changes apply to the next request.
+/// How often the verified credentials are checked against other processes' changes of users
+/// (a CLI command replacing a token or disabling a user), at most: such a change applies to
+/// requests from this long after it. The service's own changes apply to the next request.
 pub const AUTH_OTHER_PROCESS_CHECK_MS: u64 = 1;
 
 /// Failed logins from one client address (IPv6: one /64) that lock it out

@@ -130,10 +130,11 @@ pub struct Store {
     writers_waiting: AtomicUsize,
     commits: Mutex<Commits>,
     committed: Condvar,
-    /// Transactions this process ended on the writer (committed or not), for caches of what
-    /// rarely changes: see [`Store::local_commits`].
-    local_commits: AtomicU64,
-    /// A connection that only answers `PRAGMA data_version` (see [`Store::data_version`]).
+    /// Writes of users, groups and memberships this process ended: see
+    /// [`Store::local_credential_writes`].
+    local_credential_writes: AtomicU64,
+    /// A connection for one-number queries outside a transaction ([`Store::data_version`],
+    /// [`Store::credentials_version`]).
     watcher: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     /// "Viewed" stamps not yet written: item id -> Unix seconds.
@@ -165,7 +166,7 @@ impl Store {
             writers_waiting: AtomicUsize::new(0),
             commits: Mutex::new(Commits { done: 0, failed: VecDeque::new() }),
             committed: Condvar::new(),
-            local_commits: AtomicU64::new(0),
+            local_credential_writes: AtomicU64::new(0),
             watcher: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             viewed_pending: Mutex::new(foldhash::HashMap::default()),
@@ -232,6 +233,19 @@ impl Store {
     /// or another one (a CLI command): what was read before it changed may be stale. Cheap
     /// (no transaction); for caches of what rarely changes.
     pub fn data_version(&self) -> Result<i64> {
+        self.watch("PRAGMA data_version")
+    }
+
+    /// A number that changes whenever a commit of this process or another one (a CLI command)
+    /// changed users, groups or memberships (schema 8's triggers keep it). One row read
+    /// outside a transaction.
+    pub fn credentials_version(&self) -> Result<i64> {
+        self.watch("SELECT version FROM credentials_version WHERE id = 1")
+    }
+
+    /// Runs a one-number query on the watcher connection, opened on first use and again after
+    /// an error.
+    fn watch(&self, sql: &str) -> Result<i64> {
         let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
         if watcher.is_none() {
             let c = Connection::open_with_flags(
@@ -242,18 +256,18 @@ impl Store {
             *watcher = Some(c);
         }
         let conn = watcher.as_ref().ok_or_else(|| StoreError::Internal("no watcher connection".into()))?;
-        let version = conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0));
-        if version.is_err() {
+        let value = conn.prepare_cached(sql)?.query_row([], |r| r.get(0));
+        if value.is_err() {
             *watcher = None;
         }
-        Ok(version?)
+        Ok(value?)
     }
 
-    /// A number that changes whenever this process ends a write transaction, by the time the
-    /// writes in it return. An atomic read: unlike [`Store::data_version`] it does not see
-    /// other processes' commits.
-    pub fn local_commits(&self) -> u64 {
-        self.local_commits.load(Ordering::Acquire)
+    /// A number that changes whenever this process has written users, groups or memberships,
+    /// by the time the write returns. An atomic read: unlike [`Store::credentials_version`] it
+    /// does not see other processes' writes.
+    pub fn local_credential_writes(&self) -> u64 {
+        self.local_credential_writes.load(Ordering::Acquire)
     }
 
     /// Runs `f` as one write on the writer, all or nothing, and returns once it is committed
@@ -350,7 +364,6 @@ impl Store {
         if result.is_err() && !w.conn.is_autocommit() {
             let _ = exec_cached(&w.conn, "ROLLBACK");
         }
-        self.local_commits.fetch_add(1, Ordering::AcqRel);
         let mut commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         commits.done = batch.id;
         if let Err(e) = &result {

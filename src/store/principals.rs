@@ -67,8 +67,17 @@ impl Store {
         self.read(|tx| Ok(tx.query_row("SELECT count(*) FROM principals WHERE kind = 1", [], |r| r.get(0))?))
     }
 
+    /// A write of users, groups or memberships: counted once it returns, so that this
+    /// process's cache of verified credentials forgets what it held before the next request
+    /// (`auth::Verified`; other processes' writes reach it through `credentials_version`).
+    fn write_credentials<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let result = self.write(f);
+        self.local_credential_writes.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        result
+    }
+
     pub fn create_user(&self, u: &NewUser<'_>) -> Result<i64> {
-        self.write(|tx| {
+        self.write_credentials(|tx| {
             if email_taken(tx, u.email)? {
                 return Err(StoreError::Duplicate(format!("a user with e-mail {} already exists", u.email)));
             }
@@ -90,7 +99,7 @@ impl Store {
 
     /// Replaces a user's token hash (a new token); refuses deleted users.
     pub fn set_token(&self, email: &str, token_sha256: &[u8]) -> Result<()> {
-        self.write(|tx| {
+        self.write_credentials(|tx| {
             let n = tx.exec(
                 "UPDATE principals SET token_sha256 = ?2 WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
                 (email, token_sha256),
@@ -101,7 +110,7 @@ impl Store {
 
     /// Sets `preventlogin`: the user can no longer call the API.
     pub fn disable_user(&self, email: &str, disabled: bool) -> Result<()> {
-        self.write(|tx| {
+        self.write_credentials(|tx| {
             let n = tx.exec(
                 "UPDATE principals SET prevent_login = ?2 WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
                 (email, disabled),
@@ -113,7 +122,7 @@ impl Store {
     /// Marks a user deleted: refused at login, listed by /ownership only with `deleted=1`.
     /// Their records keep their ownership.
     pub fn delete_user(&self, email: &str) -> Result<()> {
-        self.write(|tx| {
+        self.write_credentials(|tx| {
             let n = tx.exec(
                 "UPDATE principals SET deleted = 1, token_sha256 = NULL
                  WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
@@ -124,7 +133,7 @@ impl Store {
     }
 
     pub fn create_group(&self, org: &str, name: &str, email: &str) -> Result<i64> {
-        self.write(|tx| {
+        self.write_credentials(|tx| {
             let exists: Option<i64> = tx
                 .query_row(
                     "SELECT id FROM principals WHERE kind = 2 AND org = ?1 AND deleted = 0 AND name = ?2 COLLATE NOCASE",
@@ -144,7 +153,7 @@ impl Store {
     }
 
     pub fn delete_group(&self, group_id: i64) -> Result<()> {
-        self.write(|tx| {
+        self.write_credentials(|tx| {
             let n =
                 tx.exec("UPDATE principals SET deleted = 1 WHERE kind = 2 AND deleted = 0 AND id = ?1", [group_id])?;
             if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
@@ -153,7 +162,7 @@ impl Store {
 
     /// Adds a user to a group of the same organisation.
     pub fn add_member(&self, group_id: i64, email: &str) -> Result<()> {
-        self.write(|tx| {
+        self.write_credentials(|tx| {
             let user: Option<(i64, String)> = tx
                 .query_row(
                     "SELECT id, org FROM principals WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",

@@ -296,4 +296,29 @@ CREATE TABLE field_values (
     PRIMARY KEY (field, value, item)
 ) WITHOUT ROWID;
 "#,
+    // 8: bumped on every change of users, groups and memberships (what a verified credential
+    // stands for), so that the service's cache of verified credentials outlives the commits
+    // that do not touch them and still notices a command-line change (`auth::Verified`).
+    r#"
+CREATE TABLE credentials_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+INSERT INTO credentials_version (id, version) VALUES (1, 0);
+CREATE TRIGGER principals_added AFTER INSERT ON principals BEGIN
+    UPDATE credentials_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER principals_changed AFTER UPDATE ON principals BEGIN
+    UPDATE credentials_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER principals_removed AFTER DELETE ON principals BEGIN
+    UPDATE credentials_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER memberships_added AFTER INSERT ON memberships BEGIN
+    UPDATE credentials_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER memberships_changed AFTER UPDATE ON memberships BEGIN
+    UPDATE credentials_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER memberships_removed AFTER DELETE ON memberships BEGIN
+    UPDATE credentials_version SET version = version + 1 WHERE id = 1;
+END;
+"#,
 ];
