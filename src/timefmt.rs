@@ -54,7 +54,7 @@ pub fn short(secs: i64) -> String {
 /// A date as the API accepts it: `2004-02-12`, or the date part of `2004-02-12 15:19:21` or
 /// `2004-02-12T15:19:21+00:00`.
 pub fn parse_date(s: &str) -> Option<Date> {
-    let s = s.trim();
+    let s = crate::model::trim_blank(s);
     let head = s.get(..10)?;
     let date: Date = head.parse().ok()?;
     let rest = &s[10..];
@@ -64,7 +64,7 @@ pub fn parse_date(s: &str) -> Option<Date> {
 /// A point in time as the API accepts it, in Unix seconds: `2004-02-12T15:19:21+00:00` (any
 /// offset), `2004-02-12 15:19:21` or `2004-02-12T15:19:21` (UTC), or `2004-02-12` (midnight UTC).
 pub fn parse_datetime(s: &str) -> Option<i64> {
-    let s = s.trim();
+    let s = crate::model::trim_blank(s);
     if let Ok(ts) = s.parse::<Timestamp>() {
         return Some(ts.as_second());
     }
@@ -96,7 +96,7 @@ pub fn local_ms(ms: i64, tz: &TimeZone) -> String {
 /// A point in time in the site's time zone, as Unix milliseconds: `2026-11-22 14:05:09`,
 /// `2026-11-22T14:05`, `2026-11-22` (midnight), or with an explicit offset.
 pub fn parse_local_ms(s: &str, tz: &TimeZone) -> Option<i64> {
-    let s = s.trim();
+    let s = crate::model::trim_blank(s);
     if let Ok(ts) = s.parse::<Timestamp>() {
         return Some(ts.as_millisecond());
     }

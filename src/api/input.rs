@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::limits;
-use crate::model::Upload;
+use crate::model::{Upload, trim_blank};
 
 /// Which parser a body gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -394,7 +394,7 @@ impl<'a> Params<'a> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => scalar_text(v)
-                .map(|s| Some(s.trim().to_string()))
+                .map(|s| Some(trim_blank(&s).to_string()))
                 .ok_or_else(|| ApiError::invalid_parameter(key, "must be a single value")),
         }
     }
@@ -436,7 +436,7 @@ pub fn ids_under(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
             Value::Object(m) => m.values().try_for_each(|i| walk(i, what, out)),
             other => {
                 let text = scalar_text(other).unwrap_or_default();
-                let text = text.trim();
+                let text = trim_blank(&text);
                 if text.is_empty() {
                     return Ok(());
                 }
@@ -467,7 +467,7 @@ pub fn ids_under(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
 pub fn name_list(v: &Value, what: &str) -> Result<Vec<String>, ApiError> {
     let mut out = Vec::new();
     let mut push = |s: &str| {
-        for part in s.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for part in s.split(',').map(trim_blank).filter(|s| !s.is_empty()) {
             out.push(part.to_string());
         }
     };

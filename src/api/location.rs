@@ -18,6 +18,7 @@ use crate::location::beacon::BeaconId;
 use crate::location::devices::{Device, check_address, check_deviceid, default_deviceid};
 use crate::location::service::{SiteState, current};
 use crate::location::site::Site;
+use crate::model::trim_blank;
 use crate::store::{StoredDevice, Visit};
 use crate::timefmt::{local_ms, now_ms, parse_local_ms};
 
@@ -418,12 +419,12 @@ fn time_query(ctx: &Ctx<'_>) -> Result<TimeQuery, ApiError> {
                 .ok_or_else(|| ApiError::invalid_parameter("range", "must be two dates or date-times: start,end"))?;
             let parse = |s: &str| {
                 parse_local_ms(s, tz(ctx)).ok_or_else(|| {
-                    ApiError::invalid_parameter("range", format!("{:?} is not a date or date-time", s.trim()))
+                    ApiError::invalid_parameter("range", format!("{:?} is not a date or date-time", trim_blank(s)))
                 })
             };
             let (from, mut to) = (parse(a)?, parse(b)?);
             // A plain end date includes that whole day.
-            if b.trim().len() == 10 {
+            if trim_blank(b).len() == 10 {
                 to += 86_400_000;
             }
             if to <= from {
@@ -454,6 +455,8 @@ fn time_query(ctx: &Ctx<'_>) -> Result<TimeQuery, ApiError> {
     }
     let zones = match p.get("zones") {
         None => Vec::new(),
+        // `1,2` in a query or a form; an array, or elements, in a body.
+        Some(v @ Value::String(_)) => super::input::id_list(v, "zones")?,
         Some(v) => super::input::ids_under(v, "zones")?,
     };
     Ok(TimeQuery {

@@ -37,7 +37,7 @@ pub enum Kind {
 impl Kind {
     /// Checks and normalises a value; the empty string clears the field.
     pub fn normalize(self, value: &str) -> Result<String, String> {
-        let value = value.trim();
+        let value = trim_blank(value);
         check_text(value)?;
         if value.is_empty() {
             return Ok(String::new());
@@ -52,7 +52,7 @@ impl Kind {
                 }
             }
             Kind::Emails => {
-                let parts: Vec<&str> = value.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+                let parts: Vec<&str> = value.split(',').map(trim_blank).filter(|s| !s.is_empty()).collect();
                 if parts.iter().all(|p| looks_like_email(p)) {
                     Ok(parts.join(", "))
                 } else {
@@ -93,7 +93,7 @@ impl Kind {
 /// The option that matches `value` ignoring case, as the option is written.
 pub fn choose<'a>(options: impl Iterator<Item = &'a str>, value: &str) -> Result<String, String> {
     let options: Vec<&str> = options.collect();
-    let value = value.trim();
+    let value = trim_blank(value);
     if value.is_empty() {
         return Ok(String::new());
     }
@@ -110,6 +110,13 @@ pub fn looks_like_email(value: &str) -> bool {
         && !value.starts_with('@')
         && !value.ends_with('@')
         && !value.chars().any(char::is_whitespace)
+}
+
+/// The white space the API ignores around a value, a parameter and a list's items: space, tab,
+/// line feed, carriage return, form feed and vertical tab, the set docs/openapi.json's patterns
+/// write as `[ \t\n\r\f\u000b]`. Other white space, such as a no-break space, is content.
+pub fn trim_blank(s: &str) -> &str {
+    s.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'))
 }
 
 /// Text accepted in any field or name: bounded, no control characters but tab and newlines
@@ -143,5 +150,9 @@ mod tests {
         assert!(Kind::Text.normalize("a\u{7}").is_err());
         assert_eq!(Kind::Principal.normalize(" 12 "), Ok("12".into()));
         assert_eq!(Kind::Date.normalize(""), Ok(String::new()));
+        // The blanks docs/openapi.json allows around a value, and no other white space.
+        assert_eq!(trim_blank(" \t\n\r\x0b\x0ca b\x0c\x0b\r\n\t "), "a b");
+        assert_eq!(trim_blank("\u{a0}a\u{2003}"), "\u{a0}a\u{2003}");
+        assert!(Kind::Principal.normalize("\u{a0}12").is_err());
     }
 }

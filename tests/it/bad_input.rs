@@ -137,6 +137,18 @@ fn bad_input_is_refused_and_changes_nothing() {
             "invalidvalue",
         ),
         case("wrong method", "PATCH", "/contacts", "", "", 405, "methodnotallowed"),
+        // Only ASCII blanks are trimmed: a no-break space is content, so not an id or a number.
+        case("no-break space as an id", "GET", "/report/opportunities?filter=%C2%A0", "", "", 400, "invalidparameter"),
+        case("no-break space in a number", "GET", "/contacts?limit=%C2%A05", "", "", 400, "invalidparameter"),
+        case(
+            "no-break space in a date",
+            "PUT",
+            &rec,
+            JSON,
+            r#"{"custom1003": "2024-02-01\u00a0"}"#,
+            400,
+            "invalidvalue",
+        ),
     ];
     cases.push(Case {
         what: "invalid UTF-8",
@@ -184,4 +196,23 @@ fn bad_input_is_refused_and_changes_nothing() {
         assert!(c.list_ids(&format!("/contacts?searchmode=Cany&searchvalue={}", q(v))).is_empty(), "{v}");
     }
     assert_eq!(c.list_ids("/contacts"), vec![id]);
+}
+
+#[test]
+fn blanks_around_values_are_trimmed_and_other_white_space_is_kept() {
+    let s = Service::start("blanks_around_values_are_trimmed_and_other_white_space_is_kept");
+    let c = s.admin_client();
+    // Space, tab, line feed, carriage return, form feed and vertical tab around a value go.
+    let id = c.create("contacts", r#"{"firstname": " \t\n\r\f\u000bAnn \u000b", "custom1003": "\f2024-02-01\t"}"#);
+    let fields = c.get_json(&format!("/contacts/{id}")).json()["item"]["fields"].clone();
+    assert_eq!(fields["firstname"], "Ann", "{fields}");
+    assert_eq!(fields["custom1003"], "2024-02-01", "{fields}");
+    assert_eq!(
+        c.list_ids(&format!("/contacts?limit=%0B5%0C&searchmode=%20Sfirstname%09&searchvalue={}", q(" Ann\t"))),
+        [id]
+    );
+    // A no-break space is part of the text.
+    let nbsp = c.create("contacts", r#"{"firstname": "\u00a0Bo\u00a0"}"#);
+    let fields = c.get_json(&format!("/contacts/{nbsp}")).json()["item"]["fields"].clone();
+    assert_eq!(fields["firstname"], "\u{a0}Bo\u{a0}", "{fields}");
 }

@@ -184,6 +184,14 @@ fn adverts_from_bluez_locate_devices() {
     assert_eq!((t["contactid"].as_i64(), t["count"].as_i64()), (Some(ann), Some(1)), "{v}");
     assert_eq!(t["records"][0]["zoneid"], 21);
     assert!(!t["records"][0]["exit"].as_str().unwrap().is_empty());
+    // Time by tag type in some zones: ids comma-separated in a query or a body, or an array.
+    let kitchen_minutes =
+        |v: serde_json::Value| v["timesummary"]["records"][0]["minutesinzone"].get("Kitchen").cloned();
+    assert!(kitchen_minutes(c.get_json("/report/timesummary?type=1&zones=22,%2021").json()).is_some());
+    assert!(kitchen_minutes(c.post_json("/report/timesummary", r#"{"type": 1, "zones": "21,22"}"#).json()).is_some());
+    assert!(kitchen_minutes(c.post_json("/report/timesummary", r#"{"type": 1, "zones": [21]}"#).json()).is_some());
+    assert!(kitchen_minutes(c.get_json("/report/timesummary?type=1&zones=22").json()).is_none());
+    assert_eq!(c.get_json("/report/timesummary?zones=21,x").status, 400);
 
     // The shapes of the location API, golden (local times redacted).
     let local = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d").unwrap();
