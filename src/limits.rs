@@ -126,6 +126,9 @@ pub const WEBHOOK_BACKLOG_MAX_CEILING: u64 = 10_000_000;
 /// Days delivered and failed deliveries are kept (`[webhooks] retention_days`).
 pub const WEBHOOK_RETENTION_DAYS_DEFAULT: u64 = 7;
 pub const WEBHOOK_RETENTION_DAYS_CEILING: u64 = 3_650;
+/// Webhooks one organisation may have (active or not): every write reads its active ones, and
+/// each matching hook queues a delivery. Another create answers 409 `limitreached`.
+pub const WEBHOOKS_PER_ORG_MAX: i64 = 100;
 /// Largest delivery body.
 pub const WEBHOOK_BODY_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes of a receiver's answer read (and kept as the error of a failed attempt).

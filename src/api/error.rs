@@ -18,6 +18,7 @@
 //! | methodnotallowed | 405 | the path exists, the method does not |
 //! | requesttimeout | 408 | the body did not arrive in time |
 //! | alreadyexists | 409 | a unique name is taken |
+//! | limitreached | 409 | a bounded collection is full (webhooks of an organisation, devices) |
 //! | requesttoolarge | 413 | the body is over the limit |
 //! | replytoolarge | 413 | a nested answer does not fit in the batch reply (the request ran) |
 //! | quotaexceeded | 429 | the user's hourly call quota is used up |
@@ -155,6 +156,7 @@ impl From<StoreError> for ApiError {
             StoreError::Forbidden(m) => ApiError::forbidden(m),
             StoreError::WrongParent(m) => ApiError::new(400, "invalidparent", m),
             StoreError::Duplicate(m) => ApiError::new(409, "alreadyexists", m),
+            StoreError::LimitReached(m) => ApiError::new(409, "limitreached", m),
             StoreError::Busy => ApiError::busy(),
             StoreError::Internal(m) => ApiError::internal(&m),
         }

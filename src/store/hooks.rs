@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use super::ExecCached;
 use super::records::{ActivityRow, RecordDetail, State, activity_by_id, detail_of};
 use super::{Result, Store, StoreError, json_ids};
+use crate::limits;
 use crate::model::activity::ActivityType;
 use crate::model::hook::{ContentType, Event, Subject, constraint_matches};
 use crate::model::{RecordType, Viewer};
@@ -196,6 +197,14 @@ impl Store {
 
     pub fn create_hook(&self, viewer: &Viewer, s: &HookSettings) -> Result<Hook> {
         self.write(|tx| {
+            let count: i64 =
+                tx.query_row("SELECT count(*) FROM hooks WHERE org = ?1 AND deleted = 0", [&viewer.org], |r| r.get(0))?;
+            if count >= limits::WEBHOOKS_PER_ORG_MAX {
+                return Err(StoreError::LimitReached(format!(
+                    "the organisation has {count} webhooks, the most it may have ({}); delete one first",
+                    limits::WEBHOOKS_PER_ORG_MAX
+                )));
+            }
             let now = now_secs();
             tx.exec(
                 "INSERT INTO hooks (org, owner, title, active, event, constrainttype, url, contenttype, secret, created, updated)

@@ -129,7 +129,7 @@ fn insert_device(tx: &Connection, org: &str, d: &Device, now: i64) -> Result<i64
     check_contact(tx, org, d.contactid)?;
     let count: i64 = tx.query_row("SELECT count(*) FROM devices", [], |r| r.get(0))?;
     if count >= crate::limits::LOCATION_DEVICES_MAX as i64 {
-        return Err(StoreError::BadReference(format!(
+        return Err(StoreError::LimitReached(format!(
             "at most {} devices can be registered",
             crate::limits::LOCATION_DEVICES_MAX
         )));

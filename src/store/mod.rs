@@ -65,6 +65,8 @@ pub enum StoreError {
     WrongParent(String),
     /// A unique name or e-mail already exists.
     Duplicate(String),
+    /// A bounded collection is full (webhooks of an organisation, devices of the site).
+    LimitReached(String),
     /// Another process held the write lock for longer than the busy timeout.
     Busy,
     /// The database itself failed (I/O error, corruption, full disk).
@@ -78,7 +80,8 @@ impl std::fmt::Display for StoreError {
             StoreError::BadReference(m)
             | StoreError::Forbidden(m)
             | StoreError::WrongParent(m)
-            | StoreError::Duplicate(m) => {
+            | StoreError::Duplicate(m)
+            | StoreError::LimitReached(m) => {
                 write!(f, "{m}")
             }
             StoreError::Busy => write!(f, "the database is busy"),

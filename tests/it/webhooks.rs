@@ -101,6 +101,32 @@ fn managing_hooks() {
     assert_eq!(c.get_json("/hooks").json()["hooks"].as_array().unwrap().len(), 3);
 }
 
+/// An organisation's hooks are bounded; deleted ones do not count.
+#[test]
+fn an_organisation_has_at_most_a_hundred_hooks() {
+    let s = start("an_organisation_has_at_most_a_hundred_hooks");
+    let c = s.admin_client();
+    let ids: Vec<i64> =
+        (0..100).map(|_| hook(&c, "items.create", "all", "http://127.0.0.1:9/in", "json", "")).collect();
+    let body = r#"{"event": "items.create", "url": "http://127.0.0.1:9/in", "active": 0}"#;
+    let r = c.post_json("/hooks", body);
+    assert_eq!(r.status, 409, "{}", r.body);
+    let msg = r.json()["errors"]["limitreached"].as_str().unwrap().to_string();
+    assert!(msg.contains("100"), "{msg}");
+    let r = c.call(Req::new("POST", "/hooks").json_body(body));
+    assert!(r.status == 409 && r.body.contains("<limitreached>"), "{}", r.body);
+    assert_eq!(c.get_json("/hooks").json()["hooks"].as_array().unwrap().len(), 100);
+    // Writes still work and queue a delivery for each active hook.
+    c.create("contacts", r#"{"firstname": "Ann"}"#);
+    for id in [ids[0], ids[99]] {
+        let v = c.get_json(&format!("/hooks/{id}/deliveries")).json();
+        assert_eq!(v["deliveries"].as_array().unwrap().len(), 1, "{v}");
+    }
+    c.delete(&format!("/hooks/{}", ids[0])).assert_status(200);
+    hook(&c, "items.create", "all", "http://127.0.0.1:9/in", "json", "");
+    assert_eq!(c.post_json("/hooks", body).status, 409);
+}
+
 /// Every event, each delivered once, signed, in order.
 #[test]
 fn every_event_is_delivered_signed_and_in_order() {
