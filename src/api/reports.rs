@@ -226,7 +226,9 @@ fn date_range(text: &str, key: &str) -> Result<(Date, Date), ApiError> {
         ApiError::invalid_parameter(key, format!("{text:?} is not now, next7, next30, nodate or two dates (from,to)"))
     };
     let (a, b) = text.split_once(',').ok_or_else(bad)?;
-    let (from, to) = (timefmt::parse_date(a).ok_or_else(bad)?, timefmt::parse_date(b).ok_or_else(bad)?);
+    // Plain dates only, as documented (parse_date also takes a date and time).
+    let date = |s: &str| Some(crate::model::trim_blank(s)).filter(|s| s.len() == 10).and_then(timefmt::parse_date);
+    let (from, to) = (date(a).ok_or_else(bad)?, date(b).ok_or_else(bad)?);
     if from > to {
         return Err(bad());
     }

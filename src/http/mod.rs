@@ -367,23 +367,43 @@ async fn read_body(mut body: Incoming, max: usize) -> BodyRead {
 }
 
 fn to_hyper(resp: api::Response) -> hyper::Response<ResponseBody> {
+    use hyper::header::{self, HeaderName, HeaderValue};
+    static QUOTA: HeaderName = HeaderName::from_static("http-x-service-api-call-limit");
     let failed = |e: &dyn std::fmt::Display| {
         log::error!("cannot build a response: {e}");
         let mut r = hyper::Response::new(http_body_util::Either::Left(Full::new(Bytes::new())));
         *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         r
     };
-    let mut builder = hyper::Response::builder().status(resp.status);
+    let Ok(status) = hyper::StatusCode::from_u16(resp.status) else {
+        return failed(&format_args!("status {}", resp.status));
+    };
+    // Room for Content-Length and Date, which hyper adds.
+    let mut headers = hyper::HeaderMap::with_capacity(resp.headers.len() + 2);
     for (name, value) in resp.headers {
+        // The names every answer has are ready-made; others are parsed.
+        let name = match name {
+            "Content-Type" => header::CONTENT_TYPE,
+            api::QUOTA_HEADER => QUOTA.clone(),
+            other => match HeaderName::from_bytes(other.as_bytes()) {
+                Ok(n) => n,
+                Err(e) => return failed(&e),
+            },
+        };
         // The value's bytes become the header's without a copy.
         let bytes = match value {
             Cow::Borrowed(s) => Bytes::from_static(s.as_bytes()),
             Cow::Owned(s) => Bytes::from(s),
         };
-        match hyper::header::HeaderValue::from_maybe_shared(bytes) {
-            Ok(v) => builder = builder.header(name, v),
+        match HeaderValue::from_maybe_shared(bytes) {
+            Ok(v) => {
+                headers.append(name, v);
+            }
             Err(e) => return failed(&e),
         }
     }
-    builder.body(http_body_util::Either::Left(Full::new(Bytes::from(resp.body)))).unwrap_or_else(|e| failed(&e))
+    let mut r = hyper::Response::new(http_body_util::Either::Left(Full::new(Bytes::from(resp.body))));
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
+    r
 }

@@ -141,6 +141,15 @@ fn bad_input_is_refused_and_changes_nothing() {
         case("no-break space as an id", "GET", "/report/opportunities?filter=%C2%A0", "", "", 400, "invalidparameter"),
         case("no-break space in a number", "GET", "/contacts?limit=%C2%A05", "", "", 400, "invalidparameter"),
         case(
+            "due with a time",
+            "GET",
+            "/report/opportunities?due=2024-01-01T10:00:00,2024-01-02",
+            "",
+            "",
+            400,
+            "invalidparameter",
+        ),
+        case(
             "no-break space in a date",
             "PUT",
             &rec,
@@ -211,6 +220,11 @@ fn blanks_around_values_are_trimmed_and_other_white_space_is_kept() {
         c.list_ids(&format!("/contacts?limit=%0B5%0C&searchmode=%20Sfirstname%09&searchvalue={}", q(" Ann\t"))),
         [id]
     );
+    // Keywords in any case, and dates, with blanks around them.
+    for due in ["%20NoW%09", "%0C2024-01-01%20,%202024-01-31%0B"] {
+        let r = c.get_json(&format!("/report/opportunities?due={due}"));
+        assert_eq!(r.status, 200, "{due}: {}", r.body);
+    }
     // A no-break space is part of the text.
     let nbsp = c.create("contacts", r#"{"firstname": "\u00a0Bo\u00a0"}"#);
     let fields = c.get_json(&format!("/contacts/{nbsp}")).json()["item"]["fields"].clone();
