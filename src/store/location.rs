@@ -242,9 +242,10 @@ impl Store {
         })
     }
 
-    /// Changes whenever a device is added, changed or removed (by any process).
+    /// Changes whenever a device is added, changed or removed (by any process). One row read
+    /// outside a transaction, like [`Store::credentials_version`].
     pub fn devices_version(&self) -> Result<i64> {
-        self.read(|tx| Ok(tx.query_row("SELECT version FROM devices_version WHERE id = 1", [], |r| r.get(0))?))
+        self.watch("SELECT version FROM devices_version WHERE id = 1")
     }
 
     /// Writes what the engine decided, in one transaction: history rows, visits, status.

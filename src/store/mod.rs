@@ -137,7 +137,7 @@ pub struct Store {
     /// [`Store::local_credential_writes`].
     local_credential_writes: AtomicU64,
     /// A connection for one-number queries outside a transaction ([`Store::data_version`],
-    /// [`Store::credentials_version`]).
+    /// [`Store::credentials_version`], [`Store::devices_version`]).
     watcher: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     /// "Viewed" stamps not yet written: item id -> Unix seconds.
