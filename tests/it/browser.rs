@@ -162,8 +162,17 @@ fn the_status_page_shows_a_badge_entering_a_zone_and_alerts_an_operator_acknowle
         }
     }
     assert!(reached, "Tab never reached the Warn alert's button");
-    let active = rt.block_on(browser.active_element()).unwrap();
-    rt.block_on(active.send_keys("\u{e007}")).unwrap(); // Enter
+    // Enter on the focused button. A snapshot may re-render the alerts in between: the page
+    // moves focus to the new button, so the element is asked for again.
+    let mut pressed = Err(String::new());
+    for _ in 0..5 {
+        let active = rt.block_on(browser.active_element()).unwrap();
+        pressed = rt.block_on(active.send_keys("\u{e007}")).map_err(|e| e.to_string()); // Enter
+        if pressed.is_ok() {
+            break;
+        }
+    }
+    pressed.unwrap();
     eventually(&rt, "the Warn gone", async || {
         browser.find(Locator::Css(".alert-group.Warn")).await.is_err().then_some(())
     });
