@@ -163,3 +163,60 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     );
     expect_file!["golden/alerts.txt"].assert_eq(&local.replace_all(&text, "[LOCAL]"));
 }
+
+/// An intercom with a persistent session (clean session off) that is away when an Alarm is
+/// raised gets it when it comes back, without subscribing again; one that asked for a clean
+/// session does not (it reads `/alerts` instead).
+#[test]
+fn an_intercom_away_for_a_moment_gets_the_alarm_raised_meanwhile() {
+    use crate::mqtt::connect_with;
+    let config = config();
+    let s = Service::start_with("alerts_persistent_session", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    add_badge(&c, r#", "tagtype": 1"#);
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let pw = mqtt_user(&s, "acme", "intercom", false);
+    let persistent = |o: &mut rumqttc::MqttOptions| {
+        o.set_clean_session(false);
+    };
+    let intercom = connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
+    intercom.subscribe("acme/+/alert");
+    let forgetful = connect(addr, "intercom-2", "intercom", &pw).unwrap();
+    forgetful.subscribe("acme/+/alert");
+    // The badge walks into the office (a Warn) while both listen.
+    let mut warn = None;
+    for _ in 0..200 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        if let Some(p) = intercom.next_publish(Duration::from_millis(300)) {
+            warn = Some(serde_json::from_slice::<Value>(&p.payload).unwrap());
+            break;
+        }
+    }
+    assert_eq!(warn.expect("the Warn")["type"], "Warn");
+    let connections = || s.anonymous().get_json("/health").json()["mqtt"]["connections"].as_i64();
+    let before = connections().expect("mqtt.connections in /health");
+    intercom.client.disconnect().unwrap();
+    forgetful.client.disconnect().unwrap();
+    wait_for("both intercoms gone", || (connections() == Some(before - 2)).then_some(()));
+
+    // The panic button while they are away.
+    wait_for("the Alarm recorded", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        std::thread::sleep(Duration::from_millis(200));
+        let list = c.get_json("/alerts?type=Alarm").json();
+        (list["alerts"]["count"] == 1).then_some(())
+    });
+
+    let back = connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
+    let mut alerts = Vec::new();
+    while let Some(p) = back.next_publish(Duration::from_secs(3)) {
+        alerts.push(serde_json::from_slice::<Value>(&p.payload).unwrap());
+    }
+    let types: Vec<&str> = alerts.iter().filter_map(|a| a["type"].as_str()).collect();
+    assert_eq!(types, ["Alarm"], "the alarm raised while it was away, once: {alerts:?}");
+    assert_eq!(alerts[0]["deviceId"], "5.1.22");
+
+    let fresh = connect(addr, "intercom-2", "intercom", &pw).unwrap();
+    assert!(fresh.next_publish(Duration::from_secs(2)).is_none(), "a clean session starts empty");
+}

@@ -88,6 +88,8 @@ pub fn connect_options(
                         return;
                     }
                 }
+                // After its DISCONNECT a client closes the connection (MQTT-3.14.4-1).
+                Ok(Event::Outgoing(rumqttc::Outgoing::Disconnect)) => return,
                 Ok(Event::Outgoing(_)) => {}
                 Err(e) => {
                     if !acked {
