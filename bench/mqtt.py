@@ -3,7 +3,7 @@
 
     cargo build --release && cargo build --release --example mqtt_bench
     python3 bench/mqtt.py [--bin target/release/sitegate] [--client target/release/examples/mqtt_bench]
-                          [--seconds 10] [--smoke]
+                          [--seconds 10] [--churn-rounds 5] [--smoke]
 
 Each broker runs pinned to CPU 0 (taskset), the load (examples/mqtt_bench.rs, rumqttc on one
 tokio thread) to CPU 1. Runs: one publisher to 1 and to 10 subscribers, 200-byte payloads,
@@ -151,8 +151,8 @@ def main():
     ap.add_argument("--client", default=os.path.join(ROOT, "target/release/examples/mqtt_bench"))
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--smoke", action="store_true", help="tiny runs: checks that the harness works")
+    ap.add_argument("--churn-rounds", type=int, default=5, help="rounds of 1,000 connects and disconnects")
     args = ap.parse_args()
-    args.churn_rounds = 5
     runs = [(1, 10000, 0), (10, 5000, 0), (1, 10000, 1), (10, 2000, 1), (1, 200000, 0), (1, 100000, 1)]
     conns = 1000
     if args.smoke:
