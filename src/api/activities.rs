@@ -37,8 +37,12 @@ pub fn create(ctx: &Ctx<'_>, kind: ActivityType) -> Result<Reply, ApiError> {
         }
     }
     let place = place_of(&p)?;
-    let stored: FieldValues =
+    let mut stored: FieldValues =
         fields.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if kind.is_dated_action() {
+        // A new task or follow-up is open: completed = 0 (the interface's state table).
+        stored.entry("completed".to_string()).or_insert_with(|| "0".to_string());
+    }
     let created =
         ctx.app.store.create_activity(&ctx.viewer, NewActivity { kind, parent, fields: stored, place, upload })?;
     let mut data = Out::map();

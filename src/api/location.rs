@@ -521,10 +521,15 @@ fn within(q: &TimeQuery, minutes: i64) -> bool {
     q.min.is_none_or(|m| minutes >= m) && q.max.is_none_or(|m| minutes <= m)
 }
 
+/// A zone's name, or `zone<id>` for a zone the site map does not name.
+fn zone_label(site: &Site, zone_id: i64) -> String {
+    let label = zone_name(site, zone_id);
+    if label.is_empty() { format!("zone{zone_id}") } else { label }
+}
+
 fn minutes_map(site: &Site, zone_id: i64, minutes: i64) -> Out {
     let mut m = Out::map();
-    let label = zone_name(site, zone_id);
-    m.push(if label.is_empty() { format!("zone{zone_id}") } else { label }, Out::Int(minutes));
+    m.push_named("zone", zone_label(site, zone_id), Out::Int(minutes));
     m
 }
 
@@ -691,8 +696,7 @@ pub fn timesummary(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
         for (zone_id, ms) in zones {
             let m = minutes_of(ms);
             total += m;
-            let label = zone_name(&site, zone_id);
-            minutes.push(if label.is_empty() { format!("zone{zone_id}") } else { label }, Out::Int(m));
+            minutes.push_named("zone", zone_label(&site, zone_id), Out::Int(m));
         }
         if !within(&q, total) {
             continue;

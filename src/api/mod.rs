@@ -587,8 +587,12 @@ fn parse_id(s: &str) -> Result<i64, ApiError> {
     s.parse().map_err(|_| ApiError::item_not_found())
 }
 
+/// Whether a path segment is written as an item id: digits, perhaps after a minus. One out of
+/// range or not positive names no item (404 `itemisnotfound`, as for any missing item), not an
+/// unknown path.
 fn is_id(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit())
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// `segs`: the path's [`segments`].

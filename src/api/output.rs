@@ -21,6 +21,9 @@ pub enum Out {
     IntText(i64),
     /// Unix seconds written as an ISO time ([`timefmt::iso`]), without allocating a string.
     Time(i64),
+    /// A decimal number, as text in JSON's grammar (see [`Out::decimal`]): bare in JSON, its
+    /// text in XML.
+    Number(String),
     /// JSON null; an empty element in XML.
     Null,
     Map(Vec<Member>),
@@ -45,6 +48,9 @@ pub struct MemberExtra {
     /// The key in JSON when it is not `xml`.
     pub json: Option<String>,
     pub attrs: Vec<(&'static str, String)>,
+    /// Whether JSON has the attributes too, as siblings `key_attr`; otherwise they are XML's
+    /// only (a name that is the JSON key already, see [`Out::push_named`]).
+    pub attrs_in_json: bool,
 }
 
 impl Member {
@@ -58,6 +64,11 @@ impl Member {
 
     fn attrs(&self) -> &[(&'static str, String)] {
         self.extra.as_ref().map_or(&[], |e| &e.attrs)
+    }
+
+    /// The attributes JSON writes as sibling members.
+    fn json_attrs(&self) -> &[(&'static str, String)] {
+        self.extra.as_ref().filter(|e| e.attrs_in_json).map_or(&[], |e| &e.attrs)
     }
 }
 
@@ -96,7 +107,7 @@ impl Out {
         if let Out::Map(members) = self {
             members.push(Member {
                 xml: format!("id{id}").into(),
-                extra: Some(Box::new(MemberExtra { json: Some(id.to_string()), attrs: Vec::new() })),
+                extra: Some(Box::new(MemberExtra { json: Some(id.to_string()), ..MemberExtra::default() })),
                 value,
             });
         }
@@ -112,8 +123,29 @@ impl Out {
         value: Out,
     ) {
         if let Out::Map(members) = self {
-            let extra = MemberExtra { json: None, attrs: vec![(attr, attr_value)] };
+            let extra = MemberExtra { json: None, attrs: vec![(attr, attr_value)], attrs_in_json: true };
             members.push(Member { xml: name.into(), extra: Some(Box::new(extra)), value });
+        }
+    }
+
+    /// Adds a member keyed by a name that need not be an XML name (a zone's label, written by
+    /// people): `<element name="..">value</element>` in XML, key `name` in JSON.
+    pub fn push_named(&mut self, element: &'static str, name: String, value: Out) {
+        if let Out::Map(members) = self {
+            let extra = MemberExtra { json: Some(name.clone()), attrs: vec![("name", name)], attrs_in_json: false };
+            members.push(Member { xml: element.into(), extra: Some(Box::new(extra)), value });
+        }
+    }
+
+    /// A stored decimal (a time record's hours) as a number: its text where that is already a
+    /// JSON number (`2.5` stays `2.5`), else the value written anew (`.5` becomes `0.5`);
+    /// empty or not a finite number: null.
+    pub fn decimal(text: &str) -> Out {
+        match text.parse::<f64>() {
+            Ok(n) if !n.is_finite() => Out::Null,
+            Ok(_) if is_json_number(text) => Out::Number(text.to_string()),
+            Ok(n) => Out::Number(n.to_string()),
+            Err(_) => Out::Null,
         }
     }
 
@@ -121,6 +153,39 @@ impl Out {
     pub fn flag(on: bool) -> Out {
         Out::Text(if on { "1".into() } else { String::new() })
     }
+}
+
+/// Whether `text` is a number as JSON writes one: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn is_json_number(text: &str) -> bool {
+    fn digits(b: &[u8]) -> usize {
+        b.iter().take_while(|c| c.is_ascii_digit()).count()
+    }
+    let b = text.as_bytes();
+    let mut i = usize::from(b.first() == Some(&b'-'));
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i += digits(&b[i..]),
+        _ => return false,
+    }
+    if b.get(i) == Some(&b'.') {
+        let n = digits(&b[i + 1..]);
+        if n == 0 {
+            return false;
+        }
+        i += 1 + n;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let n = digits(&b[i..]);
+        if n == 0 {
+            return false;
+        }
+        i += n;
+    }
+    i == b.len()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -174,6 +239,11 @@ fn write_element(out: &mut String, name: &str, attrs: &[(&'static str, String)],
         Out::Int(n) | Out::IntText(n) => {
             out.push('>');
             out.push_str(itoa::Buffer::new().format(*n));
+            close(out, name);
+        }
+        Out::Number(text) => {
+            out.push('>');
+            out.push_str(text);
             close(out, name);
         }
         Out::Time(t) => timefmt::with_iso(*t, |text| {
@@ -296,11 +366,11 @@ fn json_key(m: &Member) -> &str {
 
 /// Whether a map has a key twice, counting its attributes' keys (`name_attr`).
 fn members_repeat_a_key(members: &[Member]) -> bool {
-    if members.iter().any(|m| !m.attrs().is_empty()) {
+    if members.iter().any(|m| !m.json_attrs().is_empty()) {
         let mut owned: Vec<String> = Vec::new();
         for m in members {
             owned.push(json_key(m).to_string());
-            owned.extend(m.attrs().iter().map(|(a, _)| format!("{}_{a}", json_key(m))));
+            owned.extend(m.json_attrs().iter().map(|(a, _)| format!("{}_{a}", json_key(m))));
         }
         let mut keys: Vec<&str> = owned.iter().map(String::as_str).collect();
         has_repeated_key(&mut keys)
@@ -335,7 +405,7 @@ fn write_json_members(out: &mut Vec<u8>, members: &[Member]) {
         json_escape_simd::escape_into(key, out);
         out.push(b':');
         write_json(out, &m.value);
-        for (attr, v) in m.attrs() {
+        for (attr, v) in m.json_attrs() {
             out.push(b',');
             json_escape_simd::escape_into(format!("{key}_{attr}"), out);
             out.push(b':');
@@ -360,6 +430,7 @@ fn write_json(out: &mut Vec<u8>, value: &Out) {
             out.extend_from_slice(text.as_bytes());
             out.push(b'"');
         }),
+        Out::Number(text) => out.extend_from_slice(text.as_bytes()),
         Out::Null => out.extend_from_slice(b"null"),
         Out::Map(members) => write_json_members(out, members),
         Out::List { items, .. } => {
@@ -385,7 +456,7 @@ pub fn members_to_json(members: &[Member]) -> Value {
     for m in members {
         let key = m.json().map_or_else(|| m.xml.to_string(), str::to_string);
         map.insert(key.clone(), to_value(&m.value));
-        for (attr, v) in m.attrs() {
+        for (attr, v) in m.json_attrs() {
             map.insert(format!("{key}_{attr}"), Value::String(v.clone()));
         }
     }
@@ -397,6 +468,7 @@ fn to_value(out: &Out) -> Value {
         Out::Text(s) => Value::String(s.clone()),
         Out::Int(n) => Value::Number((*n).into()),
         Out::IntText(n) => Value::String(n.to_string()),
+        Out::Number(text) => serde_json::from_str(text).unwrap_or(Value::Null),
         Out::Time(t) => Value::String(timefmt::iso(*t)),
         Out::Null => Value::Null,
         Out::Map(members) => members_to_json(members),
@@ -417,7 +489,8 @@ mod tests {
             .with("empty", Out::text(""));
         let Out::Map(mut members) = doc else { unreachable!() };
         let mut assigned = Member::new("assignedto", Out::text("12"));
-        assigned.extra = Some(Box::new(MemberExtra { json: None, attrs: vec![("cn", "Ann <Lee>".into())] }));
+        assigned.extra =
+            Some(Box::new(MemberExtra { json: None, attrs: vec![("cn", "Ann <Lee>".into())], attrs_in_json: true }));
         members.push(assigned);
         let Out::Map(e) = entries else { unreachable!() };
         members.extend(e);
@@ -507,11 +580,34 @@ mod tests {
         for t in texts {
             let mut member =
                 Member::new("v", Out::list("x", vec![Out::text(t.clone()), Out::map().with(t.clone(), Out::Null)]));
-            member.extra = Some(Box::new(MemberExtra { json: None, attrs: vec![("cn", t.clone())] }));
+            member.extra =
+                Some(Box::new(MemberExtra { json: None, attrs: vec![("cn", t.clone())], attrs_in_json: true }));
             let members = vec![member];
             let expected = serde_json::to_string(&members_to_json(&members)).unwrap();
             assert_eq!(to_json(&members), expected, "{t:?}");
         }
+    }
+
+    #[test]
+    fn decimals_are_json_numbers() {
+        for ok in ["0", "-0", "2", "2.5", "-10.25", "1e3", "1E-3", "0.5e+2"] {
+            assert!(is_json_number(ok), "{ok}");
+            assert!(matches!(Out::decimal(ok), Out::Number(t) if t == ok), "{ok}");
+        }
+        for bad in ["", "-", "01", ".5", "5.", "+2", "1e", "1.e3", "0x10", "1 ", "NaN", "inf", "١"] {
+            assert!(!is_json_number(bad), "{bad}");
+        }
+        for (stored, number) in [(".5", "0.5"), ("5.", "5"), ("+2", "2"), ("007", "7"), ("1.50e1", "1.50e1")] {
+            assert!(matches!(Out::decimal(stored), Out::Number(t) if t == number), "{stored}");
+        }
+        for nothing in ["", "x", "inf", "NaN", "1e400"] {
+            assert!(matches!(Out::decimal(nothing), Out::Null), "{nothing}");
+        }
+        let members = vec![Member::new("hours", Out::decimal("2.5")), Member::new("none", Out::decimal(""))];
+        assert_eq!(to_json(&members), r#"{"hours":2.5,"none":null}"#);
+        assert!(to_xml(&members).contains("<hours>2.5</hours>"));
+        let Value::Object(value) = members_to_json(&members) else { unreachable!() };
+        assert_eq!(value["hours"], serde_json::json!(2.5));
     }
 
     #[test]

@@ -419,7 +419,7 @@ pub fn timetracking(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .with("created", Out::Time(r.created))
                 .with("billable", f("billable"));
             c.push_principal(&mut out, "person", r.fields.get("person").map(String::as_str).unwrap_or(""));
-            out.push("hours", f("hours"));
+            out.push("hours", Out::decimal(r.fields.get("hours").map_or("", String::as_str)));
             out.push("date", f("date"));
             out.push("invoiced", f("invoiced"));
             out.push("details", f("details"));

@@ -246,7 +246,8 @@ fn sighup_reloads_the_site_map() {
 fn replay_into_the_database() {
     let dir = test_dir("replay_into_the_database");
     let config = dir.join("config.toml");
-    std::fs::write(&config, site_config()).unwrap();
+    // A zone's name is free text: not an XML name.
+    std::fs::write(&config, site_config().replace("name = \"Kitchen\"", "name = \"2nd Kitchen & Bar <A>\"")).unwrap();
     let out = cli_with_config(
         &config,
         &["device", "add", "--address", "5/1/22", "--beacon", &format!("ibeacon:{UUID}/5/22")],
@@ -294,6 +295,20 @@ fn replay_into_the_database() {
         .collect();
     // Kitchen 0 to ~62 s; office to the last reading (119.5 s) plus the away timeout (30 s).
     assert_eq!(minutes, [(21, 1), (22, 1)], "{v}");
+    assert_eq!(v["timebydevice"]["records"][0]["minutesinzone"]["2nd Kitchen & Bar <A>"], 1, "{v}");
+    // In XML the zone's name is an attribute: every time-in-zone reply is well-formed XML.
+    let range = r#""range": "2025-11-21,2025-11-21""#;
+    for (path, body) in [
+        ("/report/timebydevice", format!(r#"{{"deviceaddress": "5/1/22", {range}}}"#)),
+        ("/report/timebydevice", format!(r#"{{"deviceaddress": "5/1/22", "detailed": 1, {range}}}"#)),
+        ("/report/timebyzone", format!(r#"{{"zoneid": 21, {range}}}"#)),
+        ("/report/timesummary", format!(r#"{{{range}}}"#)),
+    ] {
+        let xml = c.call(Req::new("POST", path).json_body(&body));
+        assert_eq!(xml.status, 200, "{path} {body}: {}", xml.body);
+        let names = zone_names_in_xml(&xml.body);
+        assert!(names.iter().any(|n| n == "2nd Kitchen & Bar <A>"), "{path} {body}: {names:?} in {}", xml.body);
+    }
     let located = c.get_json("/locate").json();
     assert_eq!(located["records"][0]["location"]["zoneid"], 22, "{located}");
     // Not while the service runs on the database.
@@ -303,6 +318,23 @@ fn replay_into_the_database() {
 
 /// The site of `SITE` with a third zone between the two, without a receiver of its own,
 /// and the fingerprint lines `sitegate survey` printed put into each zone.
+/// The `name` attributes of the `<zone>` elements of a reply, which must be well-formed XML.
+fn zone_names_in_xml(xml: &str) -> Vec<String> {
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut names = Vec::new();
+    loop {
+        match reader.read_event() {
+            Ok(quick_xml::events::Event::Eof) => return names,
+            Ok(quick_xml::events::Event::Start(e)) if e.name().into_inner() == "zone" => {
+                let name = e.try_get_attribute("name").unwrap().expect("a name attribute");
+                names.push(name.normalized_value(quick_xml::XmlVersion::Implicit1_0).unwrap().into_owned());
+            }
+            Ok(_) => {}
+            Err(e) => panic!("not well-formed XML at {}: {e}\n{xml}", reader.buffer_position()),
+        }
+    }
+}
+
 fn site_with_storage(fingerprints: &std::collections::HashMap<i64, String>) -> String {
     let storage = "\n[[zones]]\nid = 23\nname = \"Storage\"\nfloor = 100\n\n[[receivers]]";
     let mut site = SITE.replacen("\n[[receivers]]", storage, 1);
