@@ -403,6 +403,15 @@ impl Handler for HookHandler {
                     // here rather than in a `MessagePublish` hook, which would cost every message
                     // a second call into the hook manager.
                     if let Some(p) = principal.filter(|_| acl::is_ingest(&publish.topic)) {
+                        // ... and to no subscriber: raw adverts carry the addresses of every phone
+                        // that passes, and an `{org}/#` subscriber (an intercom) would have its
+                        // queue flooded with them, alerts and all. Not routed, still acknowledged
+                        // (MQTT 5: 0x10, accepted with no matching subscribers).
+                        let taken = PublishAclResult(rmqtt::types::PublishResult::reason_code(
+                            rmqtt::codec::v5::PublishAckReason::NoMatchingSubscribers,
+                            None,
+                            false,
+                        ));
                         match h.ingest.publish(&p.org, &publish.topic, &publish.payload, crate::timefmt::now_ms()) {
                             Ok(_) | Err(IngestError::NotIngest) => {}
                             Err(e) => {
@@ -410,6 +419,7 @@ impl Handler for HookHandler {
                                 log::debug!("mqtt: {:?} on {:?} not taken: {e:?}", session.id.client_id, publish.topic);
                             }
                         }
+                        return (false, Some(HookResult::PublishAclResult(taken)));
                     }
                     PublishAclResult::allow()
                 } else {
@@ -441,6 +451,9 @@ impl Handler for HookHandler {
                 h.stats.connections.fetch_sub(1, Ordering::Relaxed);
                 (true, acc)
             }
+            // Refused and ingested publishes are not routed, which rmqtt reports as dropped:
+            // counted elsewhere (publish_refused) or not lost at all.
+            Parameter::MessageDropped(_, _, _, rmqtt::types::Reason::PublishResult(_)) => (true, acc),
             Parameter::MessageDropped(..) => {
                 h.stats.dropped.fetch_add(1, Ordering::Relaxed);
                 (true, acc)

@@ -269,6 +269,9 @@ fn remote_receivers_feed_the_engine() {
     let scanner = connect(addr, "scanner-1", "scanner", &scanner_pw).unwrap();
     let app = connect(addr, "app-1", "app", &app_pw).unwrap();
     app.subscribe("acme/+/data");
+    // A subscriber to all of the organisation's topics gets the feed, never the raw adverts.
+    let everything = connect(addr, "app-2", "app", &app_pw).unwrap();
+    everything.subscribe("acme/#");
 
     // Our advert lines from the receiver in the office (rx-b, zone 22): two lines a message.
     let lines = badge_advert(-61, Some(2), "") + &badge_advert(-60, Some(1), "");
@@ -311,6 +314,17 @@ fn remote_receivers_feed_the_engine() {
         assert!(!r["lastadvert"].as_str().unwrap().is_empty(), "{r}");
         assert_eq!(r["silent"], 0, "{r}");
     }
+    let mut topics = Vec::new();
+    while let Some(p) = everything.next_publish(Duration::from_secs(1)) {
+        topics.push(p.topic);
+    }
+    assert!(topics.iter().any(|t| t == "acme/5.1.22/data"), "the feed reached acme/#: {topics:?}");
+    assert!(topics.iter().all(|t| !t.starts_with("acme/receivers/")), "no raw adverts: {topics:?}");
+    // The receiver's QoS 1 publishes were acknowledged, and nothing counts as dropped.
+    let acks = scanner.events.try_iter().filter(|p| matches!(p, Packet::PubAck(_))).count();
+    assert!(acks >= 3, "PUBACKs for the receiver: {acks}");
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(health["mqtt"]["dropped"], 0, "{health}");
 }
 
 /// MQTT over TLS: `sitegate cert init` and `cert client` make the certificates; one listener
