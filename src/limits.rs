@@ -88,6 +88,8 @@ pub const REFERENCES_PER_REQUEST_MAX: usize = 1_000;
 pub const SEARCH_VALUE_BYTES_MAX: usize = 1_024;
 /// Characters kept of a JSONP `callback` name.
 pub const JSONP_CALLBACK_CHARS_MAX: usize = 128;
+/// The largest id a path names (18 digits); a larger or negative one names no item (404).
+pub const PATH_ID_MAX: i64 = 999_999_999_999_999_999;
 
 // --- Records -------------------------------------------------------------------------------
 

@@ -583,8 +583,9 @@ fn segments(path: &str) -> Vec<&str> {
     path.split('/').filter(|s| !s.is_empty()).collect()
 }
 
+/// An id segment ([`is_id`]) as an id: 0 to [`limits::PATH_ID_MAX`], else no item.
 fn parse_id(s: &str) -> Result<i64, ApiError> {
-    s.parse().map_err(|_| ApiError::item_not_found())
+    s.parse().ok().filter(|id| (0..=limits::PATH_ID_MAX).contains(id)).ok_or_else(ApiError::item_not_found)
 }
 
 /// Whether a path segment is written as an item id: digits, perhaps after a minus. One out of
@@ -613,7 +614,7 @@ fn route(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Result<An
         && let (Some(_), Some(kind), true) =
             (RecordType::from_segment(segment), ActivityType::from_segment(activity), is_id(id))
     {
-        let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
+        let id = parse_id(id)?;
         return match *method {
             Method::GET => activities::download(ctx, kind, id).map(Answer::File),
             _ => Err(ApiError::method_not_allowed(&["GET"])),
@@ -747,7 +748,7 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Resul
                     _ => allow(&["GET"]),
                 },
                 [id] if is_id(id) => {
-                    let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
+                    let id = parse_id(id)?;
                     match *method {
                         Method::GET => records::show(ctx, rt, id),
                         Method::PUT => records::update(ctx, rt, id),
@@ -775,7 +776,7 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Resul
                 }
                 [activity, id] if ActivityType::from_segment(activity).is_some() && is_id(id) => {
                     let kind = ActivityType::from_segment(activity).ok_or_else(|| ApiError::no_such_path(path))?;
-                    let id: i64 = id.parse().map_err(|_| ApiError::item_not_found())?;
+                    let id = parse_id(id)?;
                     match *method {
                         Method::PUT => activities::update(ctx, kind, id),
                         Method::DELETE => activities::delete(ctx, kind, id),

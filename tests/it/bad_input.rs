@@ -90,6 +90,8 @@ fn bad_input_is_refused_and_changes_nothing() {
             "itemisnotfound",
         ),
         case("id with a sign only", "GET", "/contacts/-", "", "", 404, "resourcenotfound"),
+        case("id of 19 digits", "GET", "/contacts/1000000000000000000/locations", "", "", 404, "itemisnotfound"),
+        case("negative contact id", "DELETE", "/contacts/-5/locations", "", "", 404, "itemisnotfound"),
         case("missing record", "PUT", "/contacts/424242", JSON, r#"{"firstname": "x"}"#, 404, "itemisnotfound"),
         case("limit 5001", "GET", "/contacts?limit=5001", "", "", 400, "invalidparameter"),
         case("negative start", "GET", "/contacts?start=-5", "", "", 400, "invalidparameter"),
