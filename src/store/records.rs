@@ -237,11 +237,16 @@ impl Store {
         self.write_emitting(|tx| {
             let ownership = match new.ownership {
                 Some(o) => o,
-                None if viewer.prevent_private => {
-                    return Err(StoreError::Forbidden(
-                        "this user may not own private records: give a group id as ownership".into(),
-                    ));
-                }
+                // Without private records the default is the user's group, if they have one
+                // only; with several the caller must choose.
+                None if viewer.prevent_private && !viewer.admin => match viewer.groups[..] {
+                    [group] => group,
+                    _ => {
+                        return Err(StoreError::Forbidden(
+                            "this user may not own private records: give one of their groups' ids as ownership".into(),
+                        ));
+                    }
+                },
                 None => viewer.user_id,
             };
             check_ownership(tx, viewer, ownership)?;

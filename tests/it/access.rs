@@ -136,12 +136,33 @@ fn users_without_private_data_must_share() {
     let team = s.add_group("Team", &[]);
     let pat = s.add_user("pat@acme.test", "Pat", &["--prevent-private-data", "--group", &team.to_string()]);
     let c = s.client(&pat);
+    // With one group, a record without ownership is the group's.
     let r = c.post_json("/contacts", r#"{"firstname": "x"}"#);
+    assert_eq!((r.status, r.json()["item"]["ownership"].as_i64()), (201, Some(team)), "{}", r.body);
+    let own = user_id(&s, "pat@acme.test");
+    let r = c.post_json("/contacts", &format!(r#"{{"firstname": "x", "ownership": {own}}}"#));
+    assert_eq!(r.status, 403, "never the user's own: {}", r.body);
+    // With two, the caller chooses.
+    let other = s.add_group("Other", &[]);
+    let lee = s.add_user(
+        "lee@acme.test",
+        "Lee",
+        &["--prevent-private-data", "--group", &team.to_string(), "--group", &other.to_string()],
+    );
+    let c = s.client(&lee);
+    let r = c.post_json("/contacts", r#"{"firstname": "y"}"#);
     assert_eq!(r.status, 403, "{}", r.body);
-    c.post_json("/contacts", &format!(r#"{{"firstname": "x", "ownership": {team}}}"#)).assert_status(201);
+    assert!(r.body.contains("give one of their groups"), "{}", r.body);
+    c.post_json("/contacts", &format!(r#"{{"firstname": "y", "ownership": {other}}}"#)).assert_status(201);
     let me = s.admin_client().get_json("/ownership").json();
     let pat_entry = me["users"].as_array().unwrap().iter().find(|u| u["email"] == "pat@acme.test").unwrap().clone();
     assert_eq!(pat_entry["preventprivatedata"], 1);
+}
+
+/// A user's id, from the ownership list.
+fn user_id(s: &Service, email: &str) -> i64 {
+    let list = s.admin_client().get_json("/ownership").json();
+    list["users"].as_array().unwrap().iter().find(|u| u["email"] == email).unwrap()["id"].as_i64().unwrap()
 }
 
 /// Every other path to a record: reports, batch, hooks and their deliveries, the location API.
