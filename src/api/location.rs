@@ -310,13 +310,13 @@ pub fn locate(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
             .with("contactname", opt_text(d.contact_name.clone()))
             .with("deviceaddress", Out::text(d.device.deviceaddress.clone()))
             .with("location", location);
-        if relative.is_some() {
-            let distance = match (origin, s.lat, s.lon) {
-                (Some(o), Some(lat), Some(lon)) => Out::Int(distance_m(o, (lat, lon)).round() as i64),
-                _ => Out::Null,
-            };
-            record.push("distancemeters", distance);
-        }
+        // Every locate record has it (the interface lists it); null without a device to
+        // measure from, or a position.
+        let distance = match (origin, s.lat, s.lon) {
+            (Some(o), Some(lat), Some(lon)) => Out::Int(distance_m(o, (lat, lon)).round() as i64),
+            _ => Out::Null,
+        };
+        record.push("distancemeters", distance);
         if let Some(m) = history
             && found.len() == 1
         {

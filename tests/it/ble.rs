@@ -157,6 +157,7 @@ fn adverts_from_bluez_locate_devices() {
     assert_eq!(record["location"]["zonename"], "Kitchen");
     assert_eq!(record["location"]["source"], "ble");
     assert_eq!(record["location"]["position"], "42.500000,-90.730000");
+    assert!(record["distancemeters"].is_null(), "every record has it; null with nothing to measure from: {record}");
     // By tag type title, and by contact id, the same device.
     assert_eq!(c.get_json("/locate?searchvalue=Staff%20badge").json()["count"], 1);
     assert_eq!(
