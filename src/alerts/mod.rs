@@ -39,7 +39,25 @@ impl Alerts {
 
     pub fn set_rules(&mut self, rules: &[Rule]) {
         if self.eval.rules != rules {
-            self.eval = Evaluator::new(rules.to_vec());
+            let mut eval = Evaluator::new(rules.to_vec());
+            // A rule kept across the reload keeps its repeat windows and absences.
+            for (rule, device, t_ms) in self.eval.fired() {
+                eval.remember(rule, device, t_ms);
+            }
+            self.eval = eval;
+        }
+    }
+
+    /// At start: when each rule last fired for each device, from the recorded alerts, so that
+    /// a restart raises no alert again within its `repeat_s` or for the same absence.
+    pub fn restore(&mut self, store: &Store) {
+        match store.alerts_last_fired(crate::limits::ALERT_STATE_ENTRIES_MAX) {
+            Ok(rows) => {
+                for (rule, device, t_ms) in rows {
+                    self.eval.remember(&rule, device, t_ms);
+                }
+            }
+            Err(e) => log::warn!("alerts: cannot read when rules last fired: {e}"),
         }
     }
 

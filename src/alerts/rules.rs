@@ -213,6 +213,22 @@ impl Evaluator {
         Evaluator { rules, last: HashMap::new() }
     }
 
+    /// Takes when a rule (by id) last fired for a device, as recorded before a restart or a
+    /// reload: its repeat window and the absence it fired for go on from there.
+    pub fn remember(&mut self, rule_id: &str, device_id: i64, t_ms: i64) {
+        let Some(rule) = self.rules.iter().position(|r| r.id == rule_id) else { return };
+        if self.last.len() >= limits::ALERT_STATE_ENTRIES_MAX {
+            return;
+        }
+        let t = self.last.entry((rule, device_id)).or_insert(t_ms);
+        *t = (*t).max(t_ms);
+    }
+
+    /// When each rule (by id) last fired for each device.
+    pub fn fired(&self) -> impl Iterator<Item = (&str, i64, i64)> + '_ {
+        self.last.iter().map(|(&(rule, device), &t)| (self.rules[rule].id.as_str(), device, t))
+    }
+
     fn applies(rule: &Rule, d: DeviceFacts) -> bool {
         rule.tag_types.is_empty() || d.tagtype.is_some_and(|t| rule.tag_types.contains(&t))
     }
@@ -329,5 +345,34 @@ mod tests {
         e.battery(d, 2600, 1, &mut out);
         e.battery(d, 2400, 2, &mut out);
         assert_eq!((out.len(), out[0].value.as_str(), out[0].units.as_str()), (1, "2.40", "V"));
+    }
+
+    /// What fired before a restart or a reload, remembered by rule id, holds the same.
+    #[test]
+    fn remembered_firings_hold_the_repeat_window_and_the_absence() {
+        let mut alarm = rule(Condition::AlarmEvent, vec![]);
+        alarm.id = "panic".into();
+        let mut gone = rule(Condition::NotSeen { ms: 600_000 }, vec![]);
+        gone.id = "gone".into();
+        let mut e = Evaluator::new(vec![alarm.clone(), gone.clone()]);
+        let d = DeviceFacts { device_id: 7, tagtype: None };
+        e.remember("panic", 7, 1_000);
+        e.remember("gone", 7, 700_000);
+        e.remember("no such rule", 7, 1_000);
+        let mut out = Vec::new();
+        e.alarm_event(d, 60_999, &mut out);
+        e.unseen(d, Some(0), 900_000, &mut out);
+        assert!(out.is_empty(), "{:?}", out.iter().map(|f| f.rule).collect::<Vec<_>>());
+        e.alarm_event(d, 61_000, &mut out);
+        assert_eq!(out.len(), 1);
+        // Rules in another order after a reload: carried over by id.
+        let mut reloaded = Evaluator::new(vec![gone, alarm]);
+        for (rule, device, t) in e.fired() {
+            reloaded.remember(rule, device, t);
+        }
+        out.clear();
+        reloaded.alarm_event(d, 62_000, &mut out);
+        reloaded.unseen(d, Some(0), 1_000_000, &mut out);
+        assert!(out.is_empty());
     }
 }

@@ -193,6 +193,7 @@ fn run(
     let mut pipeline = Pipeline::new(state.site, Registry::new(load_registry(store)), state.engine);
     let mut version = store.devices_version().unwrap_or(-1);
     let mut alerts = crate::alerts::Alerts::new(Arc::clone(&state.rules));
+    alerts.restore(store);
     let mut fired = Vec::new();
     refresh_devices(store, feed.as_mut(), &mut alerts);
     if let Some(feed) = &mut feed {

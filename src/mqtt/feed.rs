@@ -210,7 +210,9 @@ impl Feed {
         let mut pending = HashSet::new();
         for (id, state, t_ms) in states {
             let Some(d) = self.devices.get(&id) else { continue };
-            let msg = state_message(d, &state, None, t_ms, &self.tz);
+            // An alarm state says again which alarm (its alert holds the text).
+            let alarm = if state == STATE_ALARM { store.alert_text_at(id, t_ms).ok().flatten() } else { None };
+            let msg = state_message(d, &state, alarm.as_deref(), t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);
             if state == STATE_ONLINE {
                 self.online.insert(id);

@@ -155,6 +155,29 @@ impl Store {
         })
     }
 
+    /// When each rule last fired for each device, newest first, at most `rows_max`: (rule id,
+    /// device id, Unix ms). A restart starts the rules' repeat windows and absences from it.
+    pub fn alerts_last_fired(&self, rows_max: usize) -> Result<Vec<(String, i64, i64)>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT rule, device_id, max(t_ms) AS t FROM alerts GROUP BY rule, device_id ORDER BY t DESC LIMIT ?1",
+            )?;
+            let rows = stmt
+                .query_map([i64::try_from(rows_max).unwrap_or(i64::MAX)], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// The text of the alert a device's state began with (an alarm's rule text), if any.
+    pub fn alert_text_at(&self, device_id: i64, t_ms: i64) -> Result<Option<String>> {
+        self.read(|tx| {
+            Ok(tx
+                .prepare_cached("SELECT text FROM alerts WHERE device_id = ?1 AND t_ms = ?2 ORDER BY id DESC LIMIT 1")?
+                .query_row((device_id, t_ms), |r| r.get(0))
+                .optional()?)
+        })
+    }
+
     pub fn alert(&self, org: &str, id: i64) -> Result<StoredAlert> {
         self.read(|tx| alert_in(tx, org, id))
     }

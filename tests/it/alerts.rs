@@ -220,3 +220,58 @@ fn an_intercom_away_for_a_moment_gets_the_alarm_raised_meanwhile() {
     let fresh = connect(addr, "intercom-2", "intercom", &pw).unwrap();
     assert!(fresh.next_publish(Duration::from_secs(2)).is_none(), "a clean session starts empty");
 }
+
+/// A restart remembers when each rule last fired: the badge that keeps its panic button
+/// pressed raises no second Alarm (and no second ticket) within `repeat_s`, and its retained
+/// state still names the alarm.
+#[test]
+fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
+    let config = config();
+    let s = Service::start_with("alerts_restart", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
+    let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
+    let app_pw = mqtt_user(&s, "acme", "app", false);
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    let count =
+        |c: &Client, kind: &str| c.get_json(&format!("/alerts?all=1&type={kind}")).json()["alerts"]["count"].clone();
+    // Into the office (a Warn), then the button (an Alarm: the device's state).
+    for (panic, kind) in [(false, "Warn"), (true, "Alarm")] {
+        wait_for(kind, || {
+            scanner.publish("acme/receivers/rx-b/adverts", &advert(panic));
+            std::thread::sleep(Duration::from_millis(200));
+            (count(&c, kind) == 1).then_some(())
+        });
+    }
+    let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
+    drop(scanner);
+    assert_eq!(s.terminate(), Some(0));
+
+    let s = Service::launch(dir, cfg, &[]);
+    let c = s.client(&admin);
+    let addr = mqtt_addr(&s);
+    let app = connect(addr, "app-1", "app", &app_pw).unwrap();
+    app.subscribe("acme/+/state");
+    let state = app.next_publish(Duration::from_secs(10)).expect("the retained state");
+    let state: Value = serde_json::from_slice(&state.payload).unwrap();
+    assert_eq!(state["data"]["state"], "alarm", "{state}");
+    assert_eq!(state["data"]["alarmEvent"]["value"], "Alarm button pressed", "{state}");
+
+    // The button still pressed, and the badge back in the office.
+    let scanner = connect(addr, "scanner-1", "scanner", &scanner_pw).unwrap();
+    wait_for("the badge placed again", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        std::thread::sleep(Duration::from_millis(200));
+        let d = c.get_json("/devices/1").json();
+        (d["device"]["zoneid"] == 22).then_some(())
+    });
+    for _ in 0..10 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!((count(&c, "Alarm"), count(&c, "Warn")), (Value::from(1), Value::from(1)), "no alert raised twice");
+    let tickets = c.get_json("/tickets").json();
+    assert_eq!(tickets["count"], 1, "one ticket for the one alarm: {tickets}");
+}
