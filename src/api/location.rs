@@ -521,10 +521,18 @@ fn within(q: &TimeQuery, minutes: i64) -> bool {
     q.min.is_none_or(|m| minutes >= m) && q.max.is_none_or(|m| minutes <= m)
 }
 
-/// A zone's name, or `zone<id>` for a zone the site map does not name.
+/// A zone's name as a key of `minutesinzone`: `zone<id>` for a zone the site map does not
+/// name, and `Name (id)` for a name that several zones share (else their minutes would
+/// merge under one key in JSON).
 fn zone_label(site: &Site, zone_id: i64) -> String {
     let label = zone_name(site, zone_id);
-    if label.is_empty() { format!("zone{zone_id}") } else { label }
+    if label.is_empty() {
+        format!("zone{zone_id}")
+    } else if site.zones.iter().filter(|z| z.name == label).nth(1).is_some() {
+        format!("{label} ({zone_id})")
+    } else {
+        label
+    }
 }
 
 fn minutes_map(site: &Site, zone_id: i64, minutes: i64) -> Out {

@@ -291,12 +291,25 @@ fn escape_text(s: &str) -> Cow<'_, str> {
     }
 }
 
+/// Escapes an attribute value; tab, LF and CR as character references, which a parser would
+/// otherwise read back as spaces.
 fn escape_attr(s: &str) -> String {
-    quick_xml::escape::escape(xml_chars(s).as_ref()).into_owned()
+    let escaped = quick_xml::escape::escape(xml_chars(s).as_ref()).into_owned();
+    if escaped.contains(['\t', '\n', '\r']) {
+        escaped.replace('\t', "&#9;").replace('\n', "&#10;").replace('\r', "&#13;")
+    } else {
+        escaped
+    }
+}
+
+/// Whether XML 1.0 can carry a character: not a control character other than tab, LF and
+/// CR, and not U+FFFE or U+FFFF (surrogates are no `char`).
+pub fn xml_char(c: char) -> bool {
+    (!c.is_control() || matches!(c, '\t' | '\n' | '\r')) && !matches!(c, '\u{FFFE}' | '\u{FFFF}')
 }
 
 fn xml_chars(s: &str) -> Cow<'_, str> {
-    let ok = |c: char| !c.is_control() || matches!(c, '\t' | '\n' | '\r');
+    let ok = xml_char;
     if s.chars().all(ok) {
         Cow::Borrowed(s)
     } else {
@@ -586,6 +599,35 @@ mod tests {
             let expected = serde_json::to_string(&members_to_json(&members)).unwrap();
             assert_eq!(to_json(&members), expected, "{t:?}");
         }
+    }
+
+    /// Whatever the text, the XML parses and reads back the same (or U+FFFD where XML 1.0
+    /// cannot carry a character), in element text and in attributes.
+    #[test]
+    fn any_text_makes_well_formed_xml() {
+        let hostile = "a & b <x> ]]> \"q' \t\n\r 2nd \u{0}\u{1}\u{7f}\u{85} \u{2028} \u{FFFE}\u{FFFF}\u{FDD0} 😀";
+        let mut m = Out::map();
+        m.push_attr("who", "cn", hostile.to_string(), Out::text(hostile));
+        m.push_named("zone", hostile.to_string(), Out::Int(1));
+        let xml = to_xml(&[Member::new("doc", m)]);
+        let expected: String = hostile.chars().map(|c| if xml_char(c) { c } else { '\u{FFFD}' }).collect();
+        let mut reader = quick_xml::Reader::from_str(&xml);
+        let mut attrs = Vec::new();
+        loop {
+            match reader.read_event().unwrap_or_else(|e| panic!("{e}: {xml}")) {
+                quick_xml::events::Event::Eof => break,
+                quick_xml::events::Event::Start(e) => {
+                    for a in e.attributes() {
+                        let a = a.unwrap();
+                        attrs.push(a.normalized_value(quick_xml::XmlVersion::Implicit1_0).unwrap().into_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(attrs, [expected.clone(), expected.clone()], "{xml}");
+        let text = xml.split_once("\">").unwrap().1.split_once("</who>").unwrap().0;
+        assert_eq!(quick_xml::escape::unescape(text).unwrap(), expected, "{xml}");
     }
 
     #[test]

@@ -128,6 +128,9 @@ pub fn check_text(value: &str) -> Result<(), String> {
     if value.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
         return Err("contains control characters".into());
     }
+    if value.contains(['\u{FFFE}', '\u{FFFF}']) {
+        return Err("contains U+FFFE or U+FFFF, which XML cannot carry".into());
+    }
     Ok(())
 }
 

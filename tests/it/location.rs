@@ -246,8 +246,10 @@ fn sighup_reloads_the_site_map() {
 fn replay_into_the_database() {
     let dir = test_dir("replay_into_the_database");
     let config = dir.join("config.toml");
-    // A zone's name is free text: not an XML name.
-    std::fs::write(&config, site_config().replace("name = \"Kitchen\"", "name = \"2nd Kitchen & Bar <A>\"")).unwrap();
+    // A zone's name is free text: not an XML name, and not unique.
+    let hostile = "name = \"2nd Kitchen & Bar <A>\"";
+    let site = site_config().replace("name = \"Kitchen\"", hostile).replace("name = \"Office\"", hostile);
+    std::fs::write(&config, site).unwrap();
     let out = cli_with_config(
         &config,
         &["device", "add", "--address", "5/1/22", "--beacon", &format!("ibeacon:{UUID}/5/22")],
@@ -295,7 +297,14 @@ fn replay_into_the_database() {
         .collect();
     // Kitchen 0 to ~62 s; office to the last reading (119.5 s) plus the away timeout (30 s).
     assert_eq!(minutes, [(21, 1), (22, 1)], "{v}");
-    assert_eq!(v["timebydevice"]["records"][0]["minutesinzone"]["2nd Kitchen & Bar <A>"], 1, "{v}");
+    assert_eq!(v["timebydevice"]["records"][0]["minutesinzone"]["2nd Kitchen & Bar <A> (21)"], 1, "{v}");
+    let summary = c.post_json("/report/timesummary", r#"{"range": "2025-11-21,2025-11-21"}"#).json();
+    let both = &summary["timesummary"]["records"][0]["minutesinzone"];
+    assert_eq!(
+        (both["2nd Kitchen & Bar <A> (21)"].as_i64(), both["2nd Kitchen & Bar <A> (22)"].as_i64()),
+        (Some(1), Some(1)),
+        "{summary}"
+    );
     // In XML the zone's name is an attribute: every time-in-zone reply is well-formed XML.
     let range = r#""range": "2025-11-21,2025-11-21""#;
     for (path, body) in [
@@ -307,7 +316,7 @@ fn replay_into_the_database() {
         let xml = c.call(Req::new("POST", path).json_body(&body));
         assert_eq!(xml.status, 200, "{path} {body}: {}", xml.body);
         let names = zone_names_in_xml(&xml.body);
-        assert!(names.iter().any(|n| n == "2nd Kitchen & Bar <A>"), "{path} {body}: {names:?} in {}", xml.body);
+        assert!(names.iter().any(|n| n == "2nd Kitchen & Bar <A> (21)"), "{path} {body}: {names:?} in {}", xml.body);
     }
     let located = c.get_json("/locate").json();
     assert_eq!(located["records"][0]["location"]["zoneid"], 22, "{located}");
