@@ -315,9 +315,16 @@ fn lower_priority() {
 }
 
 /// Sends one delivery; returns the attempt to record.
+/// The URL as it goes on the wire: characters a request line cannot carry (non-ASCII, space,
+/// controls) percent-encoded as UTF-8; what is already ASCII stays as the hook gives it.
+fn wire_url(url: &str) -> std::borrow::Cow<'_, str> {
+    const UNSAFE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b' ');
+    percent_encoding::utf8_percent_encode(url, UNSAFE).into()
+}
+
 fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) -> Attempt {
     let mut request = agent
-        .post(&job.url)
+        .post(wire_url(&job.url).as_ref())
         .header("Content-Type", job.contenttype.mime())
         .header("X-Sitegate-Delivery", &job.id.to_string())
         .header("X-Sitegate-Event", &job.event);
@@ -367,6 +374,12 @@ fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn urls_go_on_the_wire_in_ascii() {
+        assert_eq!(super::wire_url("http://127.0.0.1:9/h?a=1&b=%20x#f"), "http://127.0.0.1:9/h?a=1&b=%20x#f");
+        assert_eq!(super::wire_url("http://h/n?e=é😀\u{2028} x"), "http://h/n?e=%C3%A9%F0%9F%98%80%E2%80%A8%20x");
+    }
+
     #[test]
     fn signature_is_lowercase_hex_hmac_sha256() {
         // RFC 4231, test case 2.

@@ -210,8 +210,15 @@ fn payloads_in_xml_json_and_form() {
     for ct in ["xml", "json", "form"] {
         hook(&c, "items.create", "contact", &rx.url(&format!("/{ct}")), ct, "");
     }
+    // A URL with characters a request line cannot carry: sent percent-encoded.
+    hook(&c, "items.create", "contact", &rx.url("/caf\u{e9}?q=\u{e9}\u{1f600}"), "json", "");
     c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee & Co"}"#);
-    let got = rx.wait_accepted(3);
+    let got = rx.wait_accepted(4);
+    assert!(
+        got.iter().any(|r| r.path == "/caf%C3%A9?q=%C3%A9%F0%9F%98%80"),
+        "{:?}",
+        got.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
     let mut text = String::new();
     for ct in ["xml", "json", "form"] {
         let r = got.iter().find(|r| r.path == format!("/{ct}")).unwrap();
