@@ -109,13 +109,15 @@ pub enum Format {
 }
 
 impl Format {
-    /// JSONP when a `callback` query parameter survives sanitising (letters, digits and
-    /// underscores), JSON when `Accept` (or the misspelt `Accepts`) asks for it, else XML.
+    /// JSONP when a `callback` query parameter survives sanitising (letters, digits, `_` and
+    /// `$`, not starting with a digit: a JavaScript name), JSON when `Accept` (or the misspelt
+    /// `Accepts`) asks for it, else XML.
     pub fn negotiate(headers: &HeaderMap, query: &Value) -> Format {
         if let Some(cb) = query.get("callback").and_then(input::scalar_text) {
             let clean: String = cb
                 .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$'))
+                .skip_while(char::is_ascii_digit)
                 .take(limits::JSONP_CALLBACK_CHARS_MAX)
                 .collect();
             if !clean.is_empty() {

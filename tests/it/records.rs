@@ -149,6 +149,7 @@ fn jsonp_and_accept_variants() {
     t.step(&c, Req::new("GET", "/contacts/1?callback=show_it"));
     t.step(&c, Req::new("GET", "/contacts/1?callback=bad%3Calert%3E(1)"));
     t.step(&c, Req::new("GET", "/contacts/99?callback=cb"));
+    t.step(&c, Req::new("GET", "/contacts/1?callback=2nd$cb"));
     t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accepts", "application/json"));
     t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accept", "text/html, application/json;q=0.9"));
     t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accept", "*/*"));
