@@ -155,6 +155,7 @@ fn default_text(c: &Condition, site: &crate::location::site::Site) -> String {
                 zones.iter().filter_map(|z| site.zone(*z)).map(|z| site.zones[z].name.as_str()).collect();
             format!("Entered {}", names.join(", "))
         }
+        Condition::NotSeen { ms: 60_000 } => "Not seen for 1 minute".to_string(),
         Condition::NotSeen { ms } => format!("Not seen for {} minutes", ms / 60_000),
         Condition::BatteryBelow { .. } => "Battery low".into(),
         Condition::AlarmEvent => "Alarm button pressed".into(),
