@@ -399,6 +399,12 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// The bytes of a text parameter as sent, blanks around it included (0 when absent): the
+    /// length limits hold for it, as the description's `maxLength` counts them.
+    pub fn sent_bytes(&self, key: &str) -> usize {
+        self.get(key).and_then(scalar_text).map_or(0, |s| s.len())
+    }
+
     /// A non-empty text parameter, trimmed: empty or white space only counts as missing.
     pub fn nonempty(&self, key: &str) -> Result<Option<String>, ApiError> {
         Ok(self.text(key)?.filter(|s| !s.is_empty()))

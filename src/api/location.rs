@@ -87,7 +87,7 @@ fn device_input(body: &Value, base: Option<&Device>, site: &Site) -> Result<Devi
     let text = |key: &str| -> Result<Option<String>, ApiError> {
         let v = p.text(key).map_err(|_| ApiError::invalid_value(key, "must be text"))?;
         if let Some(v) = &v {
-            if v.len() > limits::NAME_BYTES_MAX {
+            if p.sent_bytes(key) > limits::NAME_BYTES_MAX {
                 return Err(ApiError::invalid_value(key, "is longer than 255 bytes"));
             }
             crate::model::check_text(v).map_err(|e| ApiError::invalid_value(key, e))?;

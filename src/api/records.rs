@@ -588,7 +588,7 @@ pub fn create_category(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError>
         .nonempty("name")
         .map_err(|_| ApiError::invalid_value("name", "must be text"))?
         .ok_or_else(|| ApiError::invalid_value("name", "is required"))?;
-    if name.len() > limits::NAME_BYTES_MAX {
+    if p.sent_bytes("name") > limits::NAME_BYTES_MAX {
         return Err(ApiError::invalid_value("name", format!("is longer than {} bytes", limits::NAME_BYTES_MAX)));
     }
     model::check_text(&name).map_err(|e| ApiError::invalid_value("name", e))?;

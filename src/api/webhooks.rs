@@ -73,7 +73,7 @@ fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError>
     let text = |key: &str| -> Result<Option<String>, ApiError> {
         let v = p.text(key).map_err(|_| ApiError::invalid_value(key, "must be text"))?;
         if let Some(v) = &v {
-            if v.len() > limits::WEBHOOK_TEXT_BYTES_MAX {
+            if p.sent_bytes(key) > limits::WEBHOOK_TEXT_BYTES_MAX {
                 return Err(ApiError::invalid_value(
                     key,
                     format!("is longer than {} bytes", limits::WEBHOOK_TEXT_BYTES_MAX),
