@@ -11,6 +11,7 @@ use std::fmt::Write;
 use serde_json::{Map, Value};
 
 use crate::limits;
+use crate::model::xml_char;
 use crate::timefmt;
 
 #[derive(Clone, Debug)]
@@ -300,12 +301,6 @@ fn escape_attr(s: &str) -> String {
     } else {
         escaped
     }
-}
-
-/// Whether XML 1.0 can carry a character: not a control character other than tab, LF and
-/// CR, and not U+FFFE or U+FFFF (surrogates are no `char`).
-pub fn xml_char(c: char) -> bool {
-    (!c.is_control() || matches!(c, '\t' | '\n' | '\r')) && !matches!(c, '\u{FFFE}' | '\u{FFFF}')
 }
 
 fn xml_chars(s: &str) -> Cow<'_, str> {

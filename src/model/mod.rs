@@ -10,7 +10,7 @@ pub mod value;
 use std::collections::BTreeMap;
 
 use value::choose;
-pub use value::{Kind, check_text, looks_like_email, trim_blank};
+pub use value::{Kind, check_text, looks_like_email, trim_blank, xml_char};
 
 /// Field values of a record or activity, by field name. Only non-empty values are kept.
 pub type FieldValues = BTreeMap<String, String>;

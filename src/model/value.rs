@@ -125,13 +125,18 @@ pub fn check_text(value: &str) -> Result<(), String> {
     if value.len() > limits::FIELD_VALUE_BYTES_MAX {
         return Err(format!("is longer than {} bytes", limits::FIELD_VALUE_BYTES_MAX));
     }
-    if value.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
-        return Err("contains control characters".into());
+    match value.chars().find(|c| !xml_char(*c)) {
+        None => Ok(()),
+        Some(c) if c.is_control() => Err("contains control characters".into()),
+        Some(_) => Err("contains U+FFFE or U+FFFF, which XML cannot carry".into()),
     }
-    if value.contains(['\u{FFFE}', '\u{FFFF}']) {
-        return Err("contains U+FFFE or U+FFFF, which XML cannot carry".into());
-    }
-    Ok(())
+}
+
+/// Whether XML 1.0 can carry a character: not a control character other than tab, LF and
+/// CR, and not U+FFFE or U+FFFF (surrogates are no `char`). Values are checked by it
+/// ([`check_text`]), and XML output replaces what fails it.
+pub fn xml_char(c: char) -> bool {
+    (!c.is_control() || matches!(c, '\t' | '\n' | '\r')) && !matches!(c, '\u{FFFE}' | '\u{FFFF}')
 }
 
 #[cfg(test)]

@@ -42,13 +42,36 @@ pub fn advert(panic: bool) -> String {
     badge_advert(-60, None, if panic { r#","0059":"01""# } else { r#","0059":"00""# })
 }
 
-#[test]
-fn rules_raise_record_publish_and_ticket_alerts() {
+/// The service with the rules of [`config`], Ann Lee and her staff badge (tag type 1); returns
+/// it with Ann's contact id.
+fn start_with_badge(name: &str) -> (Service, i64) {
     let config = config();
-    let s = Service::start_with("alerts_end_to_end", Options { config: &config, ..Default::default() });
+    let s = Service::start_with(name, Options { config: &config, ..Default::default() });
     let c = s.admin_client();
     let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
     add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
+    (s, ann)
+}
+
+/// How many alerts of a type (Monitor, Warn, Alarm) the organisation has recorded.
+fn recorded(c: &Client, kind: &str) -> i64 {
+    c.get_json(&format!("/alerts?all=1&type={kind}")).json()["alerts"]["count"].as_i64().unwrap_or(-1)
+}
+
+/// The office receiver reports the badge (its button pressed or not) until `n` alerts of
+/// `kind` are recorded.
+fn report_until(scanner: &crate::mqtt::Mqtt, c: &Client, panic: bool, kind: &str, n: i64) {
+    wait_for(kind, || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(panic));
+        std::thread::sleep(Duration::from_millis(200));
+        (recorded(c, kind) == n).then_some(())
+    });
+}
+
+#[test]
+fn rules_raise_record_publish_and_ticket_alerts() {
+    let (s, ann) = start_with_badge("alerts_end_to_end");
+    let c = s.admin_client();
     // Webhooks: alerts.create (Warn and Alarm), items.create for tickets (the Alarm's).
     let rx = Receiver::start();
     let hook = |event: &str, constraint: &str| {
@@ -170,10 +193,8 @@ fn rules_raise_record_publish_and_ticket_alerts() {
 #[test]
 fn an_intercom_away_for_a_moment_gets_the_alarm_raised_meanwhile() {
     use crate::mqtt::connect_with;
-    let config = config();
-    let s = Service::start_with("alerts_persistent_session", Options { config: &config, ..Default::default() });
+    let (s, _) = start_with_badge("alerts_persistent_session");
     let c = s.admin_client();
-    add_badge(&c, r#", "tagtype": 1"#);
     let addr = mqtt_addr(&s);
     let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
     let pw = mqtt_user(&s, "acme", "intercom", false);
@@ -201,12 +222,7 @@ fn an_intercom_away_for_a_moment_gets_the_alarm_raised_meanwhile() {
     wait_for("both intercoms gone", || (connections() == Some(before - 2)).then_some(()));
 
     // The panic button while they are away.
-    wait_for("the Alarm recorded", || {
-        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
-        std::thread::sleep(Duration::from_millis(200));
-        let list = c.get_json("/alerts?type=Alarm").json();
-        (list["alerts"]["count"] == 1).then_some(())
-    });
+    report_until(&scanner, &c, true, "Alarm", 1);
 
     let back = connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
     let mut alerts = Vec::new();
@@ -226,24 +242,14 @@ fn an_intercom_away_for_a_moment_gets_the_alarm_raised_meanwhile() {
 /// state still names the alarm.
 #[test]
 fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
-    let config = config();
-    let s = Service::start_with("alerts_restart", Options { config: &config, ..Default::default() });
+    let (s, _) = start_with_badge("alerts_restart");
     let c = s.admin_client();
-    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
     let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
     let app_pw = mqtt_user(&s, "acme", "app", false);
     let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
-    let count =
-        |c: &Client, kind: &str| c.get_json(&format!("/alerts?all=1&type={kind}")).json()["alerts"]["count"].clone();
     // Into the office (a Warn), then the button (an Alarm: the device's state).
-    for (panic, kind) in [(false, "Warn"), (true, "Alarm")] {
-        wait_for(kind, || {
-            scanner.publish("acme/receivers/rx-b/adverts", &advert(panic));
-            std::thread::sleep(Duration::from_millis(200));
-            (count(&c, kind) == 1).then_some(())
-        });
-    }
+    report_until(&scanner, &c, false, "Warn", 1);
+    report_until(&scanner, &c, true, "Alarm", 1);
     let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
     drop(scanner);
     assert_eq!(s.terminate(), Some(0));
@@ -271,7 +277,7 @@ fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!((count(&c, "Alarm"), count(&c, "Warn")), (Value::from(1), Value::from(1)), "no alert raised twice");
+    assert_eq!((recorded(&c, "Alarm"), recorded(&c, "Warn")), (1, 1), "no alert raised twice");
     let tickets = c.get_json("/tickets").json();
     assert_eq!(tickets["count"], 1, "one ticket for the one alarm: {tickets}");
 }
