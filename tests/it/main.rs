@@ -22,4 +22,5 @@ mod reports;
 mod soak;
 mod status;
 mod support;
+mod upgrade;
 mod webhooks;
