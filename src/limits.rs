@@ -180,6 +180,9 @@ pub const STORE_BATCH_WRITES_MAX: usize = 256;
 pub const STORE_BATCH_OPEN_MS_MAX: u64 = 20;
 /// Failed batch commits remembered for the writes that wait on them.
 pub const STORE_BATCH_FAILURES_KEPT: usize = 64;
+/// `restore` keeps the database it replaces as `<database>.before-restore-<time>`, then `-2`,
+/// `-3`, ... for restores within the same second, up to this many names.
+pub const KEPT_DATABASE_NAMES_MAX: usize = 100;
 /// Idle read connections kept open for reuse.
 pub const STORE_READERS_IDLE_MAX: usize = 16;
 /// Items with a "viewed" stamp waiting to be written; when full, stamps of further items are
@@ -331,7 +334,7 @@ pub const LOCATION_RECEIVER_SILENT_S_DEFAULT: u64 = 300;
 
 // --- Status page -------------------------------------------------------------------------
 
-/// Open alerts the status page shows at most (newest first).
+/// Open alerts the status page shows at most (Alarms first, then Warns, then Monitors).
 pub const STATUS_ALERTS_MAX: u32 = 200;
 /// A battery below this many millivolts is marked low on the status page.
 pub const STATUS_BATTERY_LOW_MV: i64 = 2_500;

@@ -204,22 +204,23 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Backup(b) => {
             let config = load(b.config.as_deref())?;
             init_logging(log::LevelFilter::Warn);
-            let copied = store::backup(&config.store.path, &b.out)?;
+            let copied = store::backup(&config.store.path, &b.out).map_err(usage)?;
             println!("backed up {} ({} bytes, schema {})", copied.path.display(), copied.bytes, copied.schema_version);
             Ok(())
         }
         Command::Restore(r) => {
             let config = load(r.config.as_deref())?;
             init_logging(log::LevelFilter::Warn);
+            // Another instance on the database is a runtime failure (exit 1), as for `serve`.
             let _lock = service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
-                service::ServeError::AlreadyRunning(_) => {
-                    Failure::Usage("the service is running on this database: stop it before restoring".into())
-                }
+                service::ServeError::AlreadyRunning(_) => Failure::Serve(service::ServeError::Io(
+                    "the service is running on this database: stop it before restoring".into(),
+                )),
                 other => Failure::Serve(other),
             })?;
             let kept = service::kept_path(&config.store.path, "before-restore");
-            let copied = store::restore(&config.store.path, &r.from, &kept)?;
-            if kept.exists() {
+            let (copied, kept) = store::restore(&config.store.path, &r.from, &kept).map_err(usage)?;
+            if let Some(kept) = kept {
                 println!("kept the previous database as {}", kept.display());
             }
             println!("restored {} ({} bytes, schema {})", copied.path.display(), copied.bytes, copied.schema_version);

@@ -24,6 +24,12 @@ struct Known {
     contact_id: Option<i64>,
     contact_name: Option<String>,
     last_seen_ms: Option<i64>,
+    /// The zone the engine has it in (from its enter and exit decisions; at start, the zone
+    /// of its last location update).
+    zone: Option<i64>,
+    /// After a restart or a site reload the engine places everyone again: a device placed
+    /// back in this zone before this time (Unix ms) has not entered it, it never left.
+    resumed: Option<(i64, i64)>,
 }
 
 /// The alerts side of the location thread.
@@ -66,7 +72,8 @@ impl Alerts {
         self.devices = devices
             .iter()
             .map(|d| {
-                let seen = old.get(&d.id).and_then(|k| k.last_seen_ms).max(d.status.last_seen_ms);
+                let before = old.get(&d.id);
+                let seen = before.and_then(|k| k.last_seen_ms).max(d.status.last_seen_ms);
                 (
                     d.id,
                     Known {
@@ -75,10 +82,22 @@ impl Alerts {
                         contact_id: d.device.contactid,
                         contact_name: d.contact_name.clone(),
                         last_seen_ms: seen,
+                        zone: before.map_or(d.status.position_zone_id, |k| k.zone),
+                        resumed: before.and_then(|k| k.resumed),
                     },
                 )
             })
             .collect();
+    }
+
+    /// At start and after a site reload, when the engine starts over: a device heard within
+    /// the away timeout and placed back in its zone within the away timeout from now raises
+    /// no `enter` alert (it did not come in; the engine only placed it again).
+    pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64) {
+        for k in self.devices.values_mut() {
+            let present = k.last_seen_ms.is_some_and(|s| now_ms.saturating_sub(s) <= away_timeout_ms);
+            k.resumed = k.zone.take().filter(|_| present).map(|z| (z, now_ms.saturating_add(away_timeout_ms)));
+        }
     }
 
     fn facts(&self, device_id: i64) -> Option<DeviceFacts> {
@@ -102,8 +121,19 @@ impl Alerts {
         for e in events {
             match e {
                 LocationEvent::Enter { device_id, t_ms, zone_id } => {
-                    if let Some(f) = self.facts(*device_id) {
+                    let Some(k) = self.devices.get_mut(device_id) else { continue };
+                    let placed_again = k.resumed.take().is_some_and(|(z, until)| z == *zone_id && *t_ms <= until);
+                    k.zone = Some(*zone_id);
+                    if !placed_again && let Some(f) = self.facts(*device_id) {
                         self.eval.entered(f, *zone_id, *t_ms, out);
+                    }
+                }
+                LocationEvent::Exit { device_id, zone_id, .. } => {
+                    if let Some(k) = self.devices.get_mut(device_id) {
+                        k.resumed = None;
+                        if k.zone == Some(*zone_id) {
+                            k.zone = None;
+                        }
                     }
                 }
                 LocationEvent::Battery { device_id, t_ms, mv: Some(mv) } => {

@@ -44,13 +44,10 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .as_str(),
         ),
     };
-    let mut alerts = ctx.app.store.alerts(&ctx.viewer.org, all, limits::ALERT_LIST_MAX)?;
+    let mut alerts =
+        ctx.app.store.alerts(&ctx.viewer.org, all, kind, crate::store::AlertOrder::Newest, limits::ALERT_LIST_MAX)?;
     hide_invisible_contacts(ctx.app, &ctx.viewer, &mut alerts)?;
-    let records: Vec<Out> = alerts
-        .iter()
-        .filter(|a| kind.is_none_or(|k| a.kind == k))
-        .map(|a| alert_out(&ctx.app.config.site.timezone, a))
-        .collect();
+    let records: Vec<Out> = alerts.iter().map(|a| alert_out(&ctx.app.config.site.timezone, a)).collect();
     let inner = Out::map().with("count", Out::Int(records.len() as i64)).with("records", Out::list("alert", records));
     Ok(Reply::ok(Out::map().with("alerts", inner)))
 }

@@ -196,6 +196,7 @@ fn run(
     alerts.restore(store);
     let mut fired = Vec::new();
     refresh_devices(store, feed.as_mut(), &mut alerts);
+    alerts.resume(now_ms(), away_timeout_ms);
     if let Some(feed) = &mut feed {
         feed.restore(store, now_ms(), away_timeout_ms);
     }
@@ -278,6 +279,13 @@ fn run(
             let _ = store.close_open_visits();
             let state = current(site);
             alerts.set_rules(&state.rules);
+            // Devices the old engine had placed are placed again by the new one: no `enter`
+            // alerts for them, and those it does not place in time go offline on the feed.
+            let away_timeout_ms = i64::try_from(state.engine.away_timeout_ms).unwrap_or(i64::MAX);
+            alerts.resume(now_ms(), away_timeout_ms);
+            if let Some(feed) = &mut feed {
+                feed.resume(now_ms(), away_timeout_ms);
+            }
             let registry = std::mem::replace(&mut pipeline.registry, Registry::new(Vec::new()));
             pipeline = Pipeline::new(state.site, registry, state.engine);
             log::info!("location: the site map changed; zone state starts over");

@@ -181,8 +181,8 @@ pub struct Feed {
     devices: HashMap<i64, FeedDevice>,
     /// Devices whose published state is online.
     online: HashSet<i64>,
-    /// Devices restored as online at start that the engine has not placed yet, and when
-    /// they count as gone (start + away timeout).
+    /// Devices restored as online at start (or online at a site reload) that the engine has
+    /// not placed yet, and when they count as gone (start + away timeout).
     restored: Option<(i64, HashSet<i64>)>,
     stats: Arc<BrokerStats>,
 }
@@ -214,12 +214,24 @@ impl Feed {
             let alarm = if state == STATE_ALARM { store.alert_text_at(id, t_ms).ok().flatten() } else { None };
             let msg = state_message(d, &state, alarm.as_deref(), t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);
-            if state == STATE_ONLINE {
+            // An alarm or low battery is set on a device that is there: placed again, it
+            // keeps that state (as without the restart); not placed in time, it goes offline.
+            if state != STATE_OFFLINE {
                 self.online.insert(id);
                 pending.insert(id);
             }
         }
         self.restored = Some((now_ms + away_timeout_ms, pending));
+    }
+
+    /// After a site reload, when the engine starts over: devices online now go offline if
+    /// the new engine does not place them within the away timeout.
+    pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64) {
+        let mut pending = self.online.clone();
+        if let Some((_, restored)) = self.restored.take() {
+            pending.extend(restored.into_iter().filter(|id| self.online.contains(id)));
+        }
+        self.restored = Some((now_ms.saturating_add(away_timeout_ms), pending));
     }
 
     /// Renders and queues what one written batch means for the feed; state changes are

@@ -39,6 +39,14 @@ pub struct StoredAlert {
     pub acked_by: Option<i64>,
 }
 
+/// The order of [`Store::alerts`]: newest first, or Alarms, then Warns, then Monitors (each
+/// newest first) for the status page, where an Alarm must not scroll away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlertOrder {
+    Newest,
+    MostSevere,
+}
+
 const ALERT_COLUMNS: &str =
     "a.id, a.rule, a.type, a.device_id, coalesce(d.deviceaddress, ''), coalesce(d.deviceid, ''),
      a.contact_id, c.name, a.text, a.value, a.units, a.t_ms, a.ticket_id, a.acked_ms, a.acked_by";
@@ -141,16 +149,30 @@ impl Store {
         }))
     }
 
-    /// Alerts of an organisation, newest first: open ones only unless `all`.
-    pub fn alerts(&self, org: &str, all: bool, limit: u32) -> Result<Vec<StoredAlert>> {
+    /// Alerts of an organisation: open ones only unless `all`, of one type (`Monitor`, `Warn`,
+    /// `Alarm`) if `kind` is given, at most `limit` (the type is chosen before the limit, so
+    /// many newer alerts of another type cannot hide an Alarm). In `order`.
+    pub fn alerts(
+        &self,
+        org: &str,
+        all: bool,
+        kind: Option<&str>,
+        order: AlertOrder,
+        limit: u32,
+    ) -> Result<Vec<StoredAlert>> {
         self.read(|tx| {
+            let order = match order {
+                AlertOrder::Newest => "a.id DESC",
+                AlertOrder::MostSevere => "CASE a.type WHEN 'Alarm' THEN 0 WHEN 'Warn' THEN 1 ELSE 2 END, a.id DESC",
+            };
             let sql = format!(
                 "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
                  LEFT JOIN items c ON c.id = a.contact_id
-                 WHERE a.org = ?1 AND (?2 OR a.acked_ms IS NULL) ORDER BY a.id DESC LIMIT ?3"
+                 WHERE a.org = ?1 AND (?2 OR a.acked_ms IS NULL) AND (?3 IS NULL OR a.type = ?3)
+                 ORDER BY {order} LIMIT ?4"
             );
             let mut stmt = tx.prepare_cached(&sql)?;
-            let rows = stmt.query_map((org, all, limit), alert_from_row)?;
+            let rows = stmt.query_map((org, all, kind, limit), alert_from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
@@ -206,5 +228,45 @@ impl Store {
                 (before_ms, rows_max),
             )?)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An open Alarm stays listed however many newer alerts of other types there are: by type
+    /// (the type chosen before the limit) and first in the status page's order.
+    #[test]
+    fn newer_alerts_of_other_types_do_not_hide_an_alarm() {
+        let dir = std::env::temp_dir().join(format!("sitegate-alert-order-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        store.write(|tx| Ok(tx.execute_batch("INSERT INTO organizations (id, name) VALUES ('o', 'O');")?)).unwrap();
+        let alert = |kind: &'static str, t_ms: i64| NewAlert {
+            org: "o",
+            rule: "r",
+            kind,
+            device_id: 1,
+            contact_id: None,
+            text: "t",
+            value: "",
+            units: "",
+            t_ms,
+        };
+        let (alarm, _) = store.create_alert(&alert("Alarm", 1), None).unwrap();
+        for t in 2..22 {
+            store.create_alert(&alert(if t % 2 == 0 { "Monitor" } else { "Warn" }, t), None).unwrap();
+        }
+        let ids = |kind, order, limit| -> Vec<i64> {
+            store.alerts("o", false, kind, order, limit).unwrap().iter().map(|a| a.id).collect()
+        };
+        assert!(!ids(None, AlertOrder::Newest, 10).contains(&alarm), "newest first, the Alarm is older");
+        assert_eq!(ids(Some("Alarm"), AlertOrder::Newest, 10), vec![alarm]);
+        let severe = store.alerts("o", false, None, AlertOrder::MostSevere, 10).unwrap();
+        assert_eq!(severe[0].id, alarm);
+        assert!(severe[1..].iter().all(|a| a.kind == "Warn"), "then the Warns, newest first");
+        assert!(severe[1..].windows(2).all(|w| w[0].id > w[1].id));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -208,13 +208,18 @@ impl Store {
     /// Deletes a device with its location history and visits.
     pub fn delete_device(&self, org: &str, id: i64) -> Result<()> {
         self.write(|tx| {
-            let n = tx.exec("DELETE FROM devices WHERE id = ?1 AND org = ?2", (id, org))?;
-            if n == 0 {
+            let found = tx
+                .prepare_cached("SELECT 1 FROM devices WHERE id = ?1 AND org = ?2")?
+                .query_row((id, org), |_| Ok(()))
+                .optional()?;
+            if found.is_none() {
                 return Err(StoreError::NotFound);
             }
+            // What refers to the device goes first (device_states references devices).
             tx.exec("DELETE FROM locations WHERE device_id = ?1", [id])?;
             tx.exec("DELETE FROM visits WHERE device_id = ?1", [id])?;
             tx.exec("DELETE FROM device_states WHERE device_id = ?1", [id])?;
+            tx.exec("DELETE FROM devices WHERE id = ?1 AND org = ?2", (id, org))?;
             Ok(())
         })
     }

@@ -58,56 +58,156 @@ fn partial_path(out: &Path) -> PathBuf {
 }
 
 /// Copies the database at `db` to `out` with SQLite's online backup: a consistent snapshot,
-/// taken while the service reads and writes. Written to `out.partial`, checked, synced, then
-/// renamed, so `out` is either absent or a complete, checked copy.
+/// taken while the service reads and writes. Written to `out.partial` (mode 0600: it holds
+/// what the database holds), checked, synced, then renamed, so `out` is either absent or a
+/// complete, checked copy; a failed backup leaves nothing behind. `out` may not be the
+/// database or one of its companions.
 pub fn backup(db: &Path, out: &Path) -> Result<Copied> {
+    if same_file_as_database(db, out) {
+        return Err(StoreError::BadReference(format!(
+            "{} is the database itself (or its -wal, -shm, -journal or .lock file): back up to another file",
+            out.display()
+        )));
+    }
     let src = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", db.display())))?;
     src.busy_timeout(Duration::from_millis(crate::limits::STORE_BUSY_TIMEOUT_MS))?;
     backup_connection(&src, out)
 }
 
+/// Whether `path` names the database at `db` or one of the files SQLite and sitegate keep
+/// beside it (compared by where they resolve to, so `./x.db` and `x.db` are the same).
+fn same_file_as_database(db: &Path, path: &Path) -> bool {
+    let Some(target) = resolved(path) else { return false };
+    let Some(db) = resolved(db) else { return false };
+    ["", "-wal", "-shm", "-journal", ".lock", ".partial"].iter().any(|suffix| {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        name == target.as_os_str()
+    })
+}
+
+/// A path with its folder resolved (the file itself need not exist).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    if let Ok(full) = path.canonicalize() {
+        return Some(full);
+    }
+    let name = path.file_name()?;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Some(parent.canonicalize().ok()?.join(name))
+}
+
 fn backup_connection(src: &Connection, out: &Path) -> Result<Copied> {
     let partial = partial_path(out);
     let _ = std::fs::remove_file(&partial);
-    {
-        let mut dst = Connection::open(&partial)
-            .map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", partial.display())))?;
-        let backup = rusqlite::backup::Backup::new(src, &mut dst)?;
-        // One step: the whole database under one read transaction, so the copy is one snapshot.
-        backup.step(-1)?;
-        drop(backup);
-        // A backup is one self-contained file, not a WAL database.
-        dst.query_row("PRAGMA journal_mode = DELETE", [], |_| Ok(()))?;
-    }
-    let checked = check_file(&partial)?;
-    sync_file(&partial)?;
-    std::fs::rename(&partial, out)
-        .map_err(|e| StoreError::Internal(format!("cannot rename {} to {}: {e}", partial.display(), out.display())))?;
+    let written = write_backup(src, &partial).and_then(|()| {
+        let checked = check_file(&partial)?;
+        sync_file(&partial)?;
+        std::fs::rename(&partial, out).map_err(|e| {
+            StoreError::Internal(format!("cannot rename {} to {}: {e}", partial.display(), out.display()))
+        })?;
+        Ok(checked)
+    });
+    let checked = match written {
+        Ok(checked) => checked,
+        Err(e) => {
+            let mut journal = partial.as_os_str().to_owned();
+            journal.push("-journal");
+            let _ = std::fs::remove_file(&partial);
+            let _ = std::fs::remove_file(journal);
+            return Err(e);
+        }
+    };
     sync_parent(out);
     let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     Ok(Copied { path: out.to_path_buf(), bytes, schema_version: checked })
 }
 
+/// The snapshot of `src` into a new file at `partial`, readable by its owner only.
+fn write_backup(src: &Connection, partial: &Path) -> Result<()> {
+    create_private(partial)?;
+    let mut dst = Connection::open(partial)
+        .map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", partial.display())))?;
+    let backup = rusqlite::backup::Backup::new(src, &mut dst)?;
+    // One step: the whole database under one read transaction, so the copy is one snapshot.
+    backup.step(-1)?;
+    drop(backup);
+    // A backup is one self-contained file, not a WAL database.
+    dst.query_row("PRAGMA journal_mode = DELETE", [], |_| Ok(()))?;
+    Ok(())
+}
+
+/// Creates an empty file at `path` with mode 0600 (SQLite then writes into it as it is).
+fn create_private(path: &Path) -> Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path).map(drop).map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", path.display())))
+}
+
 /// Replaces the database at `db` with the backup `from` (the service must be stopped). The
-/// backup is checked first; the current database is kept beside it as `kept`.
-pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<Copied> {
+/// backup is checked first. The current database, whatever its state (damaged, or of a newer
+/// schema, the cases a restore is for), is kept as it is: its file (and write-ahead log) is
+/// renamed to `kept` (or `kept-2`, ... if that exists). Returns what was restored and where the
+/// current database went.
+pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<PathBuf>)> {
+    if same_file_as_database(db, from) {
+        return Err(StoreError::BadReference(format!(
+            "{} is the database itself: restore from a backup",
+            from.display()
+        )));
+    }
     let version = check_file(from)?;
-    if db.exists() {
-        // Take a consistent copy of what is there now (it may hold a WAL).
-        let current = Connection::open(db)?;
-        backup_connection(&current, kept)?;
-    }
     let partial = partial_path(db);
-    std::fs::copy(from, &partial).map_err(|e| StoreError::Internal(format!("cannot copy {}: {e}", from.display())))?;
-    sync_file(&partial)?;
-    for stale in [wal_path(db), shm_path(db)] {
-        let _ = std::fs::remove_file(stale);
+    let _ = std::fs::remove_file(&partial);
+    let copied = create_private(&partial)
+        .and_then(|()| {
+            let mut src = std::fs::File::open(from)
+                .map_err(|e| StoreError::Internal(format!("cannot read {}: {e}", from.display())))?;
+            let mut dst = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&partial)
+                .map_err(|e| StoreError::Internal(format!("cannot write {}: {e}", partial.display())))?;
+            std::io::copy(&mut src, &mut dst)
+                .map_err(|e| StoreError::Internal(format!("cannot copy {}: {e}", from.display())))?;
+            Ok(())
+        })
+        .and_then(|()| sync_file(&partial));
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
     }
+    let kept = if db.exists() { Some(keep_current(db, kept)?) } else { None };
+    let _ = std::fs::remove_file(shm_path(db));
     std::fs::rename(&partial, db).map_err(|e| StoreError::Internal(format!("cannot replace {}: {e}", db.display())))?;
     sync_parent(db);
     let bytes = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
-    Ok(Copied { path: db.to_path_buf(), bytes, schema_version: version })
+    Ok((Copied { path: db.to_path_buf(), bytes, schema_version: version }, kept))
+}
+
+/// Renames the database at `db`, with its write-ahead log, to `kept` (`kept-2`, `kept-3`, ...
+/// where that name is taken): the files as they were, which SQLite opens together again.
+fn keep_current(db: &Path, kept: &Path) -> Result<PathBuf> {
+    let free = (1..=crate::limits::KEPT_DATABASE_NAMES_MAX)
+        .map(|n| {
+            if n == 1 {
+                kept.to_path_buf()
+            } else {
+                let mut name = kept.as_os_str().to_owned();
+                name.push(format!("-{n}"));
+                PathBuf::from(name)
+            }
+        })
+        .find(|p| !p.exists() && !wal_path(p).exists())
+        .ok_or_else(|| StoreError::Internal(format!("{} and the names after it are taken", kept.display())))?;
+    let wal = wal_path(db);
+    if wal.exists() {
+        std::fs::rename(&wal, wal_path(&free))
+            .map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", wal.display())))?;
+    }
+    std::fs::rename(db, &free).map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", db.display())))?;
+    Ok(free)
 }
 
 /// Checks that a file is an intact sitegate database this version can open; returns its

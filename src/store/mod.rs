@@ -39,7 +39,7 @@ use crate::limits;
 use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
-pub use alerts::{NewAlert, StoredAlert};
+pub use alerts::{AlertOrder, NewAlert, StoredAlert};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
 pub use maintenance::{backup, restore};

@@ -45,8 +45,12 @@ pub fn advert(panic: bool) -> String {
 /// The service with the rules of [`config`], Ann Lee and her staff badge (tag type 1); returns
 /// it with Ann's contact id.
 fn start_with_badge(name: &str) -> (Service, i64) {
-    let config = config();
-    let s = Service::start_with(name, Options { config: &config, ..Default::default() });
+    start_with_badge_in(name, &config())
+}
+
+/// [`start_with_badge`] with another configuration.
+fn start_with_badge_in(name: &str, config: &str) -> (Service, i64) {
+    let s = Service::start_with(name, Options { config, ..Default::default() });
     let c = s.admin_client();
     let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
     add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
@@ -242,7 +246,10 @@ fn an_intercom_away_for_a_moment_gets_the_alarm_raised_meanwhile() {
 /// state still names the alarm.
 #[test]
 fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
-    let (s, _) = start_with_badge("alerts_restart");
+    // The office's Warn may repeat after a second: the restart takes longer, and the badge,
+    // placed in the office again, did not enter it again.
+    let config = config().replacen("zones = [22]\n", "zones = [22]\nrepeat_s = 1\n", 1);
+    let (s, _) = start_with_badge_in("alerts_restart", &config);
     let c = s.admin_client();
     let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
     let app_pw = mqtt_user(&s, "acme", "app", false);
@@ -280,4 +287,66 @@ fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
     assert_eq!((recorded(&c, "Alarm"), recorded(&c, "Warn")), (1, 1), "no alert raised twice");
     let tickets = c.get_json("/tickets").json();
     assert_eq!(tickets["count"], 1, "one ticket for the one alarm: {tickets}");
+    // Placed again, the badge keeps its alarm state (a zone change would end it).
+    let late = connect(addr, "app-2", "app", &app_pw).unwrap();
+    late.subscribe("acme/+/state");
+    let state = late.next_publish(Duration::from_secs(10)).expect("the retained state");
+    let state: Value = serde_json::from_slice(&state.payload).unwrap();
+    assert_eq!(state["data"]["state"], "alarm", "{state}");
+}
+
+/// A site reload starts the zone engine over: the badge, placed again where it stood, raises
+/// no `enter` alert again, and when it then falls silent it goes offline on the feed.
+#[test]
+fn a_reload_raises_no_enter_alert_again_and_still_sees_a_badge_leave() {
+    let config = config().replacen("zones = [22]\n", "zones = [22]\nrepeat_s = 1\n", 1);
+    let (s, _) = start_with_badge_in("alerts_reload", &config);
+    let c = s.admin_client();
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let app = connect(addr, "app-1", "app", &mqtt_user(&s, "acme", "app", false)).unwrap();
+    app.subscribe("acme/+/state");
+    report_until(&scanner, &c, false, "Warn", 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = std::process::Command::new("kill").args(["-HUP", &s.pid().to_string()]).output().unwrap();
+    assert!(out.status.success());
+    wait_for("the reload", || s.stderr().contains("zone state starts over").then_some(()));
+    // The badge stays in the office through the reload, placed again by the new engine.
+    let placed = || c.get_json("/devices/1").json()["device"]["zoneid"] == 22;
+    wait_for("the badge placed again", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(200));
+        placed().then_some(())
+    });
+    for _ in 0..10 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(recorded(&c, "Warn"), 1, "the reload raised the office's Warn again");
+    // Silent now: offline after the away timeout (4 s), as without the reload.
+    let offline = wait_for("offline on the feed", || {
+        let p = app.next_publish(Duration::from_millis(500))?;
+        let state: Value = serde_json::from_slice(&p.payload).unwrap();
+        (state["data"]["state"] == "offline").then_some(state)
+    });
+    assert_eq!(offline["deviceId"], "5.1.22", "{offline}");
+}
+
+/// A badge that was heard (with a location history and a published state, here an alarm)
+/// can be deleted, a lost badge for instance; its history goes with it.
+#[test]
+fn a_badge_that_was_heard_can_be_deleted() {
+    let (s, ann) = start_with_badge("alerts_delete_heard_badge");
+    let c = s.admin_client();
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    report_until(&scanner, &c, true, "Alarm", 1);
+    drop(scanner);
+    let history = c.get_json(&format!("/contacts/{ann}/locations")).body;
+    assert!(history.contains("5/1/22"), "{history}");
+    c.delete("/devices/1").assert_status(200);
+    c.get_json("/devices/1").assert_status(404);
+    let history = c.get_json(&format!("/contacts/{ann}/locations")).body;
+    assert!(!history.contains("5/1/22"), "{history}");
+    assert_eq!(recorded(&c, "Alarm"), 1, "the alerts stay on record");
 }

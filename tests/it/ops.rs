@@ -132,8 +132,9 @@ fn one_service_per_database() {
     let out = crate::support::cli_with_config(&s.config, &["serve"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("another sitegate serves this database"));
+    // Another instance running is a runtime failure (1), for `restore` as for `serve`.
     let out = s.cli(&["restore", "--from", "/dev/null"]);
-    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("stop it before restoring"));
     s.admin_client().get("/contacts").assert_status(200);
 }
@@ -279,6 +280,90 @@ fn backup_under_write_load_restores_to_a_consistent_database() {
     assert!(acked_before.is_subset(&restored), "writes acknowledged before the backup are missing");
     assert!(restored.is_subset(&acked_all), "the backup holds records nobody wrote");
     assert!(restored.len() < acked_all.len(), "the backup should not hold the writes made after it");
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().chain(std::fs::read_dir(dir.join("data")).unwrap()) {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.contains(".partial") {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// What a restore is for: the database is damaged (or of a newer sitegate). It is kept as it
+/// was, byte for byte, and two restores in a row keep both databases they replaced. Backups
+/// and the restored database are readable by their owner only; a backup onto the live
+/// database is refused; nothing half-written is left behind.
+#[test]
+fn restore_replaces_a_damaged_database_and_keeps_it_as_it_was() {
+    let s = Service::start("restore_replaces_a_damaged_database");
+    let client = s.admin_client();
+    let admin = s.admin.clone();
+    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let backup = s.dir.join("backup.db");
+    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(mode(&backup), 0o600, "a backup holds what the database holds");
+
+    // The live database as the backup's target: refused, and the service's data stays.
+    let db = s.dir.join("data").join("sitegate.db");
+    let same = format!("{}/data/./sitegate.db", s.dir.display());
+    let out = s.cli(&["backup", "--out", &same]);
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is the database itself"));
+    let out = s.cli(&["backup", "--out", s.dir.join("data").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "a folder is no backup file");
+    let second = client.create("contacts", r#"{"firstname": "Bo", "lastname": "Lin"}"#);
+    assert_eq!(all_ids(&client), BTreeSet::from([first, second]));
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    assert_eq!(s.terminate(), Some(0));
+    assert_eq!(leftovers(&dir), Vec::<String>::new());
+
+    // Damaged: pages overwritten in the middle of the file.
+    let mut bytes = std::fs::read(&db).unwrap();
+    assert!(bytes.len() > 16_384, "a database of several pages");
+    for b in &mut bytes[8_192..16_384] {
+        *b = 0xA5;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let kept = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("kept the previous database as "))
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_string();
+    assert_eq!(std::fs::read(&kept).unwrap(), bytes, "the damaged database is kept as it was");
+    assert_eq!(mode(&db), 0o600);
+
+    // Restored again at once (the same second): both replaced databases are kept.
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let kept_again = stdout.lines().find_map(|l| l.strip_prefix("kept the previous database as ")).unwrap().to_string();
+    assert_ne!(kept_again, kept);
+    assert!(std::path::Path::new(&kept).exists() && std::path::Path::new(&kept_again).exists());
+
+    // A database of a newer schema (a downgrade's case) is replaced and kept the same way.
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+    }
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(leftovers(&dir), Vec::<String>::new());
+
+    let s = Service::launch(dir, cfg, &[]);
+    assert_eq!(all_ids(&s.client(&admin)), BTreeSet::from([first]), "the backup's data");
 }
 
 #[test]
