@@ -382,9 +382,43 @@ fn reload_site(config: &Config, app: &App, location: &crate::location::service::
                 new.site_map.zones.len(),
                 new.site_map.receivers.len()
             );
+            let later = changed_for_restart(config, &new);
+            if !later.is_empty() {
+                log::warn!(
+                    "SIGHUP: {} changed in {}: these take effect at the next restart (a reload puts only \
+                     the site map, the zone engine's settings and the alert rules in force)",
+                    later.join(", "),
+                    path.display()
+                );
+            }
         }
         Err(e) => log::warn!("SIGHUP: {} not reloaded: {e}", path.display()),
     }
+}
+
+/// The settings of `new` that differ from the running ones and that a reload does not put in
+/// force (everything but the site map, the engine's settings and the alert rules), as
+/// `section.key` names.
+fn changed_for_restart(running: &Config, new: &Config) -> Vec<String> {
+    let mut comparable = new.clone();
+    comparable.site_map = Arc::clone(&running.site_map);
+    comparable.location.engine = running.location.engine.clone();
+    comparable.alert_rules = Arc::clone(&running.alert_rules);
+    let parse = |c: &Config| c.to_toml().parse::<toml::Table>().unwrap_or_default();
+    let (before, after) = (parse(running), parse(&comparable));
+    let mut changed = Vec::new();
+    let sections: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    for section in sections {
+        match (before.get(section), after.get(section)) {
+            (Some(toml::Value::Table(a)), Some(toml::Value::Table(b))) => {
+                let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+                changed.extend(keys.into_iter().filter(|k| a.get(*k) != b.get(*k)).map(|k| format!("{section}.{k}")));
+            }
+            (a, b) if a != b => changed.push(section.clone()),
+            _ => {}
+        }
+    }
+    changed
 }
 
 /// The receiver ids of the site map (remote receivers may speak for these).

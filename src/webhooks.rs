@@ -310,7 +310,7 @@ fn dispatch(
 fn lower_priority() {
     let tid = rustix::thread::gettid();
     if let Err(e) = rustix::process::setpriority_process(Some(tid), limits::WEBHOOK_SENDER_NICE) {
-        log::debug!("webhooks: cannot lower the senders' priority: {e}");
+        log::info!("webhooks: cannot lower a sender's priority to nice {}: {e}", limits::WEBHOOK_SENDER_NICE);
     }
 }
 

@@ -238,6 +238,19 @@ fn sighup_reloads_the_site_map() {
     std::fs::write(&s.config, config.replace("Staff badge", "Employee badge")).unwrap();
     hup(&s);
     wait_for("the new tag type title", || (title(&c) == "Employee badge").then_some(()));
+    assert!(!s.stderr().contains("take effect at the next restart"), "{}", s.stderr());
+    // Settings a reload does not put in force are named in the log.
+    let later = format!(
+        "{}\n[location]\nreceiver_silent_s = 60\n",
+        config.replace("Staff badge", "Employee badge").replace("workers = 2", "workers = 3")
+    );
+    assert_ne!(later, config.replace("Staff badge", "Employee badge"));
+    std::fs::write(&s.config, later).unwrap();
+    hup(&s);
+    let warning = wait_for("the settings left for a restart", || {
+        s.stderr().lines().find(|l| l.contains("take effect at the next restart")).map(str::to_string)
+    });
+    assert!(warning.contains("http.workers, location.receiver_silent_s changed"), "{warning}");
     // Connections and data are untouched.
     assert_eq!(c.get_json("/devices").json()["count"], 1);
 }

@@ -103,6 +103,10 @@ fn health_and_metrics() {
     assert!(value("sitegate_http_request_duration_seconds_count") >= 4.0);
     assert!(value("sitegate_database_bytes") > 0.0);
     assert!(value("sitegate_http_connections_open{listener=\"http\"}") >= 1.0);
+    // Every webhook outcome is there before the first delivery, at 0.
+    for outcome in ["delivered", "retry", "failed"] {
+        assert_eq!(value(&format!("sitegate_webhook_attempts_total{{outcome=\"{outcome}\"}}")), 0.0);
+    }
     for name in [
         "sitegate_http_queue_depth",
         "sitegate_http_workers_busy",
