@@ -116,7 +116,7 @@ impl Metrics {
         );
         // Every outcome is exported from the start (at 0), not from its first attempt on.
         for outcome in ["delivered", "retry", "failed"] {
-            webhook_attempts.get_or_create(&OutcomeLabels { outcome });
+            drop(webhook_attempts.get_or_create(&OutcomeLabels { outcome }));
         }
         let webhook_pending = Gauge::<i64, AtomicI64>::default();
         registry.register("webhook_pending", "Webhook deliveries waiting to be sent", webhook_pending.clone());
