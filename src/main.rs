@@ -77,38 +77,69 @@ impl From<StoreError> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli: Cli = argh::from_env();
+    let cli = match parse_args() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     if cli.version {
         println!("sitegate {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
     let Some(command) = cli.command else {
-        eprintln!("sitegate: no command given; `sitegate --help` lists them");
+        fatal("no command given; `sitegate --help` lists them");
         return ExitCode::from(EX_USAGE);
     };
-    match run(command) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Config(e)) => {
-            eprintln!("sitegate: configuration error: {e}");
-            ExitCode::from(EX_CONFIG)
-        }
-        Err(Failure::Usage(m)) => {
-            eprintln!("sitegate: {m}");
-            ExitCode::from(EX_USAGE)
-        }
-        Err(Failure::Store(e)) => {
-            eprintln!("sitegate: {e}");
-            ExitCode::FAILURE
-        }
-        Err(Failure::Serve(e)) => {
-            eprintln!("sitegate: {e}");
-            ExitCode::FAILURE
-        }
-        Err(Failure::Data(m)) => {
-            eprintln!("sitegate: {m}");
-            ExitCode::from(EX_DATAERR)
+    let (message, code) = match run(command) {
+        Ok(()) => return ExitCode::SUCCESS,
+        Err(Failure::Config(e)) => (format!("configuration error: {e}"), EX_CONFIG),
+        Err(Failure::Usage(m)) => (m, EX_USAGE),
+        Err(Failure::Store(e)) => (e.to_string(), 1),
+        Err(Failure::Serve(e)) => (e.to_string(), 1),
+        Err(Failure::Data(m)) => (m, EX_DATAERR),
+    };
+    fatal(&message);
+    ExitCode::from(code)
+}
+
+/// The command line, parsed as `argh::from_env` does, but a mistake in it exits 64 (usage),
+/// as the other command-line mistakes do; `--help` prints to stdout and exits 0.
+fn parse_args() -> Result<Cli, ExitCode> {
+    let mut args = Vec::new();
+    for arg in std::env::args_os() {
+        match arg.into_string() {
+            Ok(a) => args.push(a),
+            Err(a) => {
+                fatal(&format!("{} is not UTF-8 text", a.to_string_lossy()));
+                return Err(ExitCode::from(EX_USAGE));
+            }
         }
     }
+    let name = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("sitegate")
+        .to_string();
+    let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    match <Cli as argh::FromArgs>::from_args(&[&name], &rest) {
+        Ok(cli) => Ok(cli),
+        Err(argh::EarlyExit { output, status: Ok(()) }) => {
+            println!("{output}");
+            Err(ExitCode::SUCCESS)
+        }
+        Err(argh::EarlyExit { output, status: Err(()) }) => {
+            fatal(output.trim_end());
+            eprintln!("`{name} --help` lists the commands, `{name} COMMAND --help` their options");
+            Err(ExitCode::from(EX_USAGE))
+        }
+    }
+}
+
+/// A message that ends the command, on stderr; under systemd with the journal's error
+/// priority (`<3>`), as the log's errors have.
+fn fatal(message: &str) {
+    let priority = if systemd::logging_to_journal() { "<3>" } else { "" };
+    eprintln!("{priority}sitegate: {message}");
 }
 
 fn init_logging(level: log::LevelFilter) {

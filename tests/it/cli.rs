@@ -14,6 +14,46 @@ fn version_prints_the_version() {
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), format!("sitegate {}", env!("CARGO_PKG_VERSION")));
 }
 
+/// A mistake on the command line exits 64 (as sysexits' EX_USAGE), help exits 0.
+#[test]
+fn command_line_mistakes_exit_64() {
+    for args in [
+        &["--bogus"][..],
+        &["user", "add", "--email", "b@example.com"],
+        &["user", "frob"],
+        &["group", "delete", "--group", "abc"],
+    ] {
+        let out = sitegate().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--help"));
+    }
+    let out = sitegate().args(["user", "add", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--email"));
+}
+
+/// Under systemd, the message a command fails with carries the journal's error priority.
+#[test]
+fn failures_carry_the_journal_error_priority() {
+    let dir = test_dir("failures_carry_the_journal_error_priority");
+    let out = sitegate()
+        .args(["check-config", "--config", "nope.toml"])
+        .current_dir(&dir)
+        .env("JOURNAL_STREAM", "8:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("<3>sitegate: configuration error"), "{err}");
+    let out = sitegate()
+        .args(["check-config", "--config", "nope.toml"])
+        .current_dir(&dir)
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("sitegate: configuration error"));
+}
+
 #[test]
 fn configuration_errors_exit_78_and_name_the_key() {
     let dir = test_dir("configuration_errors_exit_78_and_name_the_key");
