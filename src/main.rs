@@ -345,7 +345,9 @@ fn run_mqtt_user(command: cli::MqttUserCommand) -> Result<(), Failure> {
         }
         cli::MqttUserCommand::Delete(d) => {
             let (_, store) = open_admin(d.config.as_deref())?;
-            store.delete_mqtt_user(&d.username).map_err(usage)?;
+            store
+                .delete_mqtt_user(&d.username)
+                .map_err(not_found(format!("no MQTT credentials with username {}", d.username)))?;
         }
     }
     Ok(())
@@ -530,11 +532,15 @@ fn run_locations(l: cli::Locations) -> Result<(), Failure> {
     let (config, store) = open_admin(l.config.as_deref())?;
     let org = org_of(&config, l.org.as_deref())?;
     if l.purge {
-        let n = store.purge_contact_locations(&org, l.contact)?;
+        let n = store
+            .purge_contact_locations(&org, l.contact)
+            .map_err(not_found(format!("no contact {} in organisation {org}", l.contact)))?;
         println!("forgot {n} rows of location data of contact {}", l.contact);
         return Ok(());
     }
-    let data = store.contact_locations(&org, l.contact)?;
+    let data = store
+        .contact_locations(&org, l.contact)
+        .map_err(not_found(format!("no contact {} in organisation {org}", l.contact)))?;
     let doc = api::location::contact_locations_out(&config.site_map, &config.site.timezone, l.contact, &data);
     println!("{}", api::output::to_json(&api::members(doc)));
     Ok(())

@@ -396,6 +396,7 @@ impl Store {
 
     /// Everything stored about where a contact's devices were: (device, history, visits).
     pub fn contact_locations(&self, org: &str, contact: i64) -> Result<ContactLocations> {
+        self.read(|tx| contact_exists(tx, org, contact))?;
         let devices: Vec<StoredDevice> =
             self.devices(Some(org))?.into_iter().filter(|d| d.device.contactid == Some(contact)).collect();
         let mut out = Vec::new();
@@ -417,6 +418,7 @@ impl Store {
     /// Returns the rows removed.
     pub fn purge_contact_locations(&self, org: &str, contact: i64) -> Result<usize> {
         self.write(|tx| {
+            contact_exists(tx, org, contact)?;
             let ids: Vec<i64> = {
                 let mut stmt = tx.prepare_cached("SELECT id FROM devices WHERE org = ?1 AND contact_id = ?2")?;
                 stmt.query_map((org, contact), |r| r.get(0))?.collect::<rusqlite::Result<_>>()?
@@ -434,4 +436,13 @@ impl Store {
             Ok(n)
         })
     }
+}
+
+/// The contact record exists in the organisation (deleted or not: a deleted contact's
+/// location data can still be exported and forgotten); else `NotFound`.
+fn contact_exists(tx: &Connection, org: &str, contact: i64) -> Result<()> {
+    tx.prepare_cached("SELECT 1 FROM items WHERE id = ?1 AND org = ?2 AND typeid = 1 AND parent IS NULL")?
+        .query_row((contact, org), |_| Ok(()))
+        .optional()?
+        .ok_or(StoreError::NotFound)
 }

@@ -112,7 +112,7 @@ impl Store {
     pub fn disable_user(&self, email: &str, disabled: bool) -> Result<()> {
         self.write_credentials(|tx| {
             let n = tx.exec(
-                "UPDATE principals SET prevent_login = ?2 WHERE kind = 1 AND email = ?1 COLLATE NOCASE",
+                "UPDATE principals SET prevent_login = ?2 WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
                 (email, disabled),
             )?;
             if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }

@@ -92,6 +92,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         case("id with a sign only", "GET", "/contacts/-", "", "", 404, "resourcenotfound"),
         case("id of 19 digits", "GET", "/contacts/1000000000000000000/locations", "", "", 404, "itemisnotfound"),
         case("negative contact id", "DELETE", "/contacts/-5/locations", "", "", 404, "itemisnotfound"),
+        case("no such contact's locations", "GET", "/contacts/999999/locations", "", "", 404, "itemisnotfound"),
+        case("forgetting no such contact", "DELETE", "/contacts/999999/locations", "", "", 404, "itemisnotfound"),
         case(
             "tag name too long as sent",
             "POST",

@@ -125,6 +125,9 @@ fn user_and_group_commands() {
     let group = s.add_group("Night shift", &["--email", "night@acme.test"]);
     let ann = s.add_user("ann@acme.test", "Ann Lee", &["--admin", "--group", &group.to_string()]);
     assert_eq!(ann.token.len(), 64);
+    // A deleted user is no user for the other commands either.
+    s.add_user("gone@acme.test", "Gone", &[]);
+    assert!(s.cli(&["user", "delete", "--email", "gone@acme.test"]).status.success());
     // Duplicates, unknown organisations, bad addresses, unknown groups: exit 64 with a reason.
     for (args, reason) in [
         (vec!["user", "add", "--email", "ann@acme.test", "--name", "Again"], "already exists"),
@@ -134,6 +137,11 @@ fn user_and_group_commands() {
         (vec!["user", "token", "--email", "nobody@acme.test"], "no user"),
         (vec!["group", "member", "--group", "999", "--email", "ann@acme.test"], "no group"),
         (vec!["group", "add", "--name", "Night shift"], "already exists"),
+        (vec!["user", "enable", "--email", "gone@acme.test"], "no user"),
+        (vec!["user", "disable", "--email", "gone@acme.test"], "no user"),
+        (vec!["mqtt-user", "delete", "--username", "nobody"], "no MQTT credentials with username nobody"),
+        (vec!["locations", "--contact", "999999"], "no contact 999999"),
+        (vec!["locations", "--contact", "999999", "--purge"], "no contact 999999"),
     ] {
         let out = s.cli(&args);
         let err = String::from_utf8_lossy(&out.stderr);
