@@ -321,4 +321,14 @@ CREATE TRIGGER memberships_removed AFTER DELETE ON memberships BEGIN
     UPDATE credentials_version SET version = version + 1 WHERE id = 1;
 END;
 "#,
+    // 9: a contact with a device renamed bumps the devices' version too, so that the feed and
+    // the alerts name the contact as it is called now (within the engine's devices check),
+    // not as it was called up to a minute ago.
+    r#"
+CREATE TRIGGER device_contacts_renamed AFTER UPDATE OF name ON items
+WHEN NEW.typeid = 1 AND NEW.name IS NOT OLD.name AND EXISTS (SELECT 1 FROM devices WHERE contact_id = NEW.id)
+BEGIN
+    UPDATE devices_version SET version = version + 1 WHERE id = 1;
+END;
+"#,
 ];

@@ -350,3 +350,26 @@ fn a_badge_that_was_heard_can_be_deleted() {
     assert!(!history.contains("5/1/22"), "{history}");
     assert_eq!(recorded(&c, "Alarm"), 1, "the alerts stay on record");
 }
+
+/// A contact renamed is named by the feed and by her next alarm (and its ticket) as she is
+/// called now, not as the devices were last read.
+#[test]
+fn an_alarm_names_the_contact_as_she_is_called_now() {
+    let (s, ann) = start_with_badge("alerts_renamed_contact");
+    let c = s.admin_client();
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let app = connect(addr, "app-1", "app", &mqtt_user(&s, "acme", "app", false)).unwrap();
+    app.subscribe("acme/+/data");
+    report_until(&scanner, &c, false, "Warn", 1);
+    c.put_json(&format!("/contacts/{ann}"), r#"{"firstname": "Anna", "lastname": "Berg"}"#).assert_status(200);
+    wait_for("the new name on the feed", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        let p = app.next_publish(Duration::from_millis(300))?;
+        let data: Value = serde_json::from_slice(&p.payload).ok()?;
+        (data["contactName"] == "Anna Berg").then_some(())
+    });
+    report_until(&scanner, &c, true, "Alarm", 1);
+    let tickets = c.get_json("/tickets").body;
+    assert!(tickets.contains("Alarm: Alarm button pressed (Anna Berg)"), "{tickets}");
+}
