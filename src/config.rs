@@ -237,6 +237,9 @@ pub const DEFAULT_ORG_NAME: &str = "Main organisation";
 pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
     match explicit {
         Some(path) => {
+            if path.is_dir() {
+                return Err(ConfigError::new("", format!("{} is a folder, not a configuration file", path.display())));
+            }
             if !path.is_file() {
                 return Err(ConfigError::new("", format!("configuration file {} does not exist", path.display())));
             }

@@ -96,7 +96,6 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let _lock = InstanceLock::acquire(&config.store.path)?;
     let notifier = Arc::new(systemd::Notifier::from_env());
     let store = open_store(&config)?;
-    bootstrap_admin(&config, &store)?;
     let metrics = Arc::new(Metrics::new());
     let app = Arc::new(App::new(config.clone(), Arc::clone(&store), Arc::clone(&metrics))?);
 
@@ -263,6 +262,10 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     if let Some(every) = systemd::watchdog_interval() {
         runtime.spawn(watchdog(every, Arc::clone(&store), Arc::clone(&notifier)));
     }
+
+    // Last before serving: a start that fails (a port taken) creates no administrator whose
+    // token, printed once, would be lost with it.
+    bootstrap_admin(&config, &store)?;
 
     let mut ready = format!("ready http={http_addr}");
     if let Some(addr) = tls_addr {

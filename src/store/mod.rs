@@ -161,8 +161,15 @@ impl Store {
         if created {
             restrict_permissions(path);
         }
-        configure(&writer, true)?;
-        migrate(&writer, path, schema::MIGRATIONS)?;
+        // A damaged or foreign file fails here: the message names it.
+        let named = |e: StoreError| match e {
+            StoreError::Internal(m) if !m.contains(&*path.to_string_lossy()) => {
+                StoreError::Internal(format!("{}: {m}", path.display()))
+            }
+            other => other,
+        };
+        configure(&writer, true).map_err(named)?;
+        migrate(&writer, path, schema::MIGRATIONS).map_err(named)?;
         Ok(Store {
             path: path.to_path_buf(),
             writer: Mutex::new(Writer { conn: writer, open: None, next_batch: 1 }),

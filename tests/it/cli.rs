@@ -1,7 +1,7 @@
 //! The command line: version, configuration loading and errors (exit 78 naming the key),
 //! user and group commands.
 
-use crate::support::{BASE_CONFIG, Service, cli_with_config, sitegate, test_dir};
+use crate::support::{BASE_CONFIG, Service, cli_with_config, sitegate, test_dir, wait_for};
 
 fn run_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     sitegate().args(args).current_dir(dir).output().expect("run sitegate")
@@ -78,10 +78,28 @@ fn configuration_errors_exit_78_and_name_the_key() {
             assert!(err.contains(&format!("`{key}`")) || key.is_empty(), "{text:?} should name {key}: {err}");
         }
     }
-    // An explicit --config that does not exist is an error too.
+    // An explicit --config that does not exist is an error too, and a folder is no file.
     let out = cli_with_config(&dir.join("nope.toml"), &["serve"]);
     assert_eq!(out.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    let out = cli_with_config(&dir, &["serve"]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a folder, not a configuration file"));
+}
+
+/// A database file that is not one (damaged, or something else): refused, named, unchanged.
+#[test]
+fn serve_refuses_a_file_that_is_not_a_database_and_names_it() {
+    let dir = test_dir("serve_refuses_a_file_that_is_not_a_database");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let junk: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(dir.join("data/sitegate.db"), &junk).unwrap();
+    std::fs::write(dir.join("config.toml"), BASE_CONFIG).unwrap();
+    let out = cli_with_config(&dir.join("config.toml"), &["serve"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("data/sitegate.db: file is not a database"), "{err}");
+    assert_eq!(std::fs::read(dir.join("data/sitegate.db")).unwrap(), junk);
 }
 
 #[test]
@@ -165,5 +183,13 @@ fn serve_fails_clearly_when_the_port_is_taken() {
     std::fs::write(dir.join("config.toml"), config).unwrap();
     let out = cli_with_config(&dir.join("config.toml"), &["serve"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("cannot listen on {}", s.addr)));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {}", s.addr)), "{err}");
+    // No administrator was made whose token, printed once, went with the failed start: the
+    // first start that serves makes it.
+    assert!(!err.contains("admin token"), "{err}");
+    let free = BASE_CONFIG.to_string();
+    std::fs::write(dir.join("config.toml"), free).unwrap();
+    let started = Service::launch(dir.clone(), dir.join("config.toml"), &[]);
+    wait_for("the administrator's token", || started.stderr().contains("admin token: ").then_some(()));
 }
