@@ -77,15 +77,17 @@ impl Deliverer {
         for i in 0..config.workers {
             let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
             let (agent, metrics, delays) = (agent.clone(), Arc::clone(&metrics), config.retry_delays_s.clone());
-            let stopping = Arc::clone(&stopping);
+            let (stopping, store) = (Arc::clone(&stopping), Arc::clone(&store));
             senders.push(std::thread::Builder::new().name(format!("webhook-send-{i}")).spawn(move || {
                 lower_priority();
                 for batch in job_rx.iter() {
                     let Some(hook_id) = batch.first().map(|o| o.hook_id) else { continue };
-                    // In order; the first one not accepted ends the batch (the rest keep their turn).
+                    // In order; the first one not accepted ends the batch (the rest keep their turn),
+                    // and so does a change of any hook (the rest go with its new settings).
+                    let changes = store.hook_changes();
                     let mut attempts = Vec::with_capacity(batch.len());
                     for job in batch {
-                        if stopping.load(Ordering::Relaxed) {
+                        if stopping.load(Ordering::Relaxed) || store.hook_changes() != changes {
                             break;
                         }
                         let attempt = deliver(&agent, &metrics, &delays, job);
@@ -153,11 +155,13 @@ impl Senders {
         self.busy.keys().copied().collect()
     }
 
-    fn may_take(&self, hook_id: i64) -> bool {
+    /// Whether a sender may take the hook, with `also` taken in this round besides the busy
+    /// ones: slow hooks share at most half of the senders.
+    fn may_take_with(&self, hook_id: i64, also: &[i64]) -> bool {
         if !self.slow.contains(&hook_id) {
             return true;
         }
-        let slow_busy = self.busy.keys().filter(|h| self.slow.contains(h)).count();
+        let slow_busy = self.busy.keys().chain(also).filter(|h| self.slow.contains(h)).count();
         slow_busy < (self.workers / 2).max(1)
     }
 
@@ -221,17 +225,21 @@ fn dispatch(
         let mut next_due = None;
         if senders.free() > 0 {
             last_read = Instant::now();
-            match store.due_deliveries(now_secs(), &senders.busy_hooks(), limits::WEBHOOK_BATCH_PER_HOOK) {
+            // Only the hooks a sender takes now are read (their bodies are held until sent).
+            let busy = senders.busy_hooks();
+            let mut taken = Vec::new();
+            let take = |hook_id: i64| {
+                let ok = senders.free() > taken.len() && senders.may_take_with(hook_id, &taken);
+                if ok {
+                    taken.push(hook_id);
+                }
+                ok
+            };
+            match store.due_deliveries(now_secs(), &busy, limits::WEBHOOK_BATCH_PER_HOOK, take) {
                 Ok((batches, next)) => {
                     next_due = next;
                     for batch in batches {
                         let Some(hook_id) = batch.first().map(|o| o.hook_id) else { continue };
-                        if senders.free() == 0 {
-                            break;
-                        }
-                        if !senders.may_take(hook_id) {
-                            continue;
-                        }
                         senders.take(hook_id);
                         if job_tx.send(batch).is_err() {
                             return;
@@ -314,7 +322,6 @@ fn lower_priority() {
     }
 }
 
-/// Sends one delivery; returns the attempt to record.
 /// The URL as it goes on the wire: characters a request line cannot carry (non-ASCII, space,
 /// controls) percent-encoded as UTF-8; what is already ASCII stays as the hook gives it.
 fn wire_url(url: &str) -> std::borrow::Cow<'_, str> {
@@ -322,12 +329,36 @@ fn wire_url(url: &str) -> std::borrow::Cow<'_, str> {
     percent_encoding::utf8_percent_encode(url, UNSAFE).into()
 }
 
+/// A URL's credentials (`http://user:pass@host/`) as an `Authorization: Basic` value, decoded
+/// from the percent-encoding a URL carries them in (`p%40ss` is `p@ss`), and the URL without
+/// them. A URL without credentials comes back as it is.
+fn credentials(url: &str) -> (std::borrow::Cow<'_, str>, Option<String>) {
+    use base64::Engine;
+    let Some((scheme, rest)) = url.split_once("://") else { return (url.into(), None) };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else { return (url.into(), None) };
+    let bare = format!("{scheme}://{host}{tail}").into();
+    if userinfo.is_empty() {
+        return (bare, None);
+    }
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let decode = |t: &str| percent_encoding::percent_decode_str(t).decode_utf8_lossy().into_owned();
+    let pair = format!("{}:{}", decode(user), decode(password));
+    (bare, Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))))
+}
+
+/// Sends one delivery; returns the attempt to record.
 fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) -> Attempt {
+    let (url, authorization) = credentials(&job.url);
     let mut request = agent
-        .post(wire_url(&job.url).as_ref())
+        .post(wire_url(&url).as_ref())
         .header("Content-Type", job.contenttype.mime())
         .header("X-Sitegate-Delivery", &job.id.to_string())
         .header("X-Sitegate-Event", &job.event);
+    if let Some(value) = &authorization {
+        request = request.header("Authorization", value);
+    }
     if !job.secret.is_empty() {
         request = request.header("X-Service-Hmac-Sha256", &signature(&job.secret, &job.body));
     }
@@ -337,13 +368,13 @@ fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing
             if (200..300).contains(&status) {
                 (true, Some(status), String::new())
             } else {
-                let text = response
-                    .body_mut()
-                    .with_config()
-                    .limit(limits::WEBHOOK_RESPONSE_BYTES_MAX)
-                    .read_to_string()
-                    .unwrap_or_default();
-                (false, Some(status), format!("HTTP {status}: {}", text.trim()))
+                // The answer's start, whatever its length or encoding (not UTF-8: shown lossily).
+                let mut text = Vec::new();
+                let _ = std::io::Read::read_to_end(
+                    &mut std::io::Read::take(response.body_mut().as_reader(), limits::WEBHOOK_RESPONSE_BYTES_MAX),
+                    &mut text,
+                );
+                (false, Some(status), format!("HTTP {status}: {}", String::from_utf8_lossy(&text).trim()))
             }
         }
         Err(e) => (false, None, e.to_string()),
@@ -356,7 +387,8 @@ fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing
         usize::try_from(job.attempts)
             .ok()
             .and_then(|n| delays.get(n))
-            .map(|d| now_secs() + i64::try_from(*d).unwrap_or(i64::MAX / 2))
+            // Due times are whole seconds: rounded up, so a retry never comes before its delay.
+            .map(|d| (crate::timefmt::now_ms() + i64::try_from(*d).unwrap_or(i64::MAX / 4_000) * 1000 + 999) / 1000)
     };
     let outcome = if delivered {
         "delivered"
@@ -378,6 +410,15 @@ mod tests {
     fn urls_go_on_the_wire_in_ascii() {
         assert_eq!(super::wire_url("http://127.0.0.1:9/h?a=1&b=%20x#f"), "http://127.0.0.1:9/h?a=1&b=%20x#f");
         assert_eq!(super::wire_url("http://h/n?e=é😀\u{2028} x"), "http://h/n?e=%C3%A9%F0%9F%98%80%E2%80%A8%20x");
+    }
+
+    #[test]
+    fn credentials_in_a_url_are_sent_decoded_as_basic_authorization() {
+        let (url, auth) = super::credentials("http://user:p%40ss@127.0.0.1:8080/in?x=a@b#f");
+        assert_eq!(url, "http://127.0.0.1:8080/in?x=a@b#f");
+        assert_eq!(auth.as_deref(), Some("Basic dXNlcjpwQHNz"), "user:p@ss");
+        assert_eq!(super::credentials("https://host/a@b"), ("https://host/a@b".into(), None));
+        assert_eq!(super::credentials("http://@host/"), ("http://host/".into(), None));
     }
 
     #[test]

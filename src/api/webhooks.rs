@@ -139,9 +139,23 @@ fn check_url(url: &str) -> Result<(), ApiError> {
     let bad = || ApiError::invalid_value("url", "must be an http:// or https:// URL with a host");
     let uri: http::Uri = url.parse().map_err(|_| bad())?;
     match (uri.scheme_str(), uri.host()) {
-        (Some("http" | "https"), Some(host)) if !host.is_empty() => Ok(()),
-        _ => Err(bad()),
+        (Some("http" | "https"), Some(host)) if !host.is_empty() => {}
+        _ => return Err(bad()),
     }
+    // A port, if given, is 1..=65535 (`:99999` would otherwise wrap around to another port).
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let port = match host_port.rsplit_once(']') {
+        Some((_, rest)) => rest.strip_prefix(':'),
+        None => host_port.split_once(':').map(|(_, p)| p),
+    };
+    if let Some(port) = port
+        && !port.is_empty()
+        && !matches!(port.parse::<u16>(), Ok(1..))
+    {
+        return Err(ApiError::invalid_value("url", format!("has port {port}: a port is 1 to 65535")));
+    }
+    Ok(())
 }
 
 pub fn create(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
@@ -173,7 +187,9 @@ pub fn show(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
 pub fn update(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     let current = ctx.app.store.hook(&ctx.viewer, id)?;
     let s = settings(&ctx.body, Some(&current))?;
-    ctx.app.store.update_hook(&ctx.viewer, id, &s)?;
+    // Only `active` 1 in this request resumes a paused hook (a change of its title does not).
+    let resume = Params::new(&ctx.body).flag("active").ok().flatten() == Some(true);
+    ctx.app.store.update_hook(&ctx.viewer, id, &s, resume)?;
     Ok(Reply::ok(Out::map()))
 }
 

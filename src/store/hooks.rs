@@ -245,11 +245,13 @@ impl Store {
         self.read(|tx| load_hook(tx, viewer, id))
     }
 
-    /// Replaces a hook's settings. Setting it active also lifts a pause.
-    pub fn update_hook(&self, viewer: &Viewer, id: i64, s: &HookSettings) -> Result<()> {
+    /// Replaces a hook's settings. `resume` (the request set `active` to 1) also lifts a pause;
+    /// other changes leave it paused.
+    pub fn update_hook(&self, viewer: &Viewer, id: i64, s: &HookSettings, resume: bool) -> Result<()> {
+        let _changed = HookChanged(self);
         self.write(|tx| {
             let current = load_hook(tx, viewer, id)?;
-            let paused = current.paused && !s.active;
+            let paused = current.paused && !resume;
             tx.exec(
                 "UPDATE hooks SET title = ?2, active = ?3, event = ?4, constrainttype = ?5, url = ?6, contenttype = ?7,
                                   secret = ?8, paused = ?9, updated = ?10 WHERE id = ?1",
@@ -272,6 +274,7 @@ impl Store {
 
     /// Deletes a hook; its pending deliveries end as failed ("the hook was deleted").
     pub fn delete_hook(&self, viewer: &Viewer, id: i64) -> Result<()> {
+        let _changed = HookChanged(self);
         self.write(|tx| {
             load_hook(tx, viewer, id)?;
             let now = now_secs();
@@ -356,16 +359,31 @@ impl Store {
         done
     }
 
+    /// How many times hooks' settings changed or hooks were deleted since start. A sender
+    /// compares it between the deliveries of its batch and hands the rest back when it moved,
+    /// so that they go with the hook's new settings (or not at all, for a deleted hook).
+    pub fn hook_changes(&self) -> u64 {
+        self.hook_changes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn wake_deliveries(&self) {
         if let Some(outbox) = self.outbox.get() {
             (outbox.wake)();
         }
     }
 
-    /// The heads of the hooks' queues: for each hook with pending deliveries (not in `busy`),
-    /// up to `per_hook` of its oldest, in order, if the oldest is due by `now`. Also when the
-    /// next not-yet-due head is due (Unix seconds), if any.
-    pub fn due_deliveries(&self, now: i64, busy: &[i64], per_hook: u32) -> Result<(Vec<Vec<Outgoing>>, Option<i64>)> {
+    /// The heads of the hooks' queues: for each hook with pending deliveries (not in `busy`)
+    /// whose oldest is due by `now` and that `take` accepts (a free sender for it), up to
+    /// `per_hook` of its oldest, in order. Only accepted hooks' deliveries are read, so what is
+    /// held in memory is bounded by the senders, not by the hooks with a backlog. Also when
+    /// the next not-yet-due head is due (Unix seconds), if any.
+    pub fn due_deliveries(
+        &self,
+        now: i64,
+        busy: &[i64],
+        per_hook: u32,
+        mut take: impl FnMut(i64) -> bool,
+    ) -> Result<(Vec<Vec<Outgoing>>, Option<i64>)> {
         self.read(|tx| {
             let mut heads = tx.prepare_cached(
                 "SELECT h.id, d.next_at FROM hooks h JOIN deliveries d ON d.id = h.head
@@ -377,13 +395,13 @@ impl Store {
             let next = heads.iter().map(|(_, at)| *at).filter(|at| *at > now).min();
             let mut batches = Vec::new();
             let mut stmt = tx.prepare_cached(
-                "SELECT d.id, d.hook_id, h.url, h.secret, h.contenttype, d.event, p.body, d.attempts, d.next_at
+                "SELECT d.id, d.hook_id, h.url, h.secret, d.contenttype, d.event, p.body, d.attempts, d.next_at
                  FROM hooks h JOIN deliveries d ON d.id >= h.head AND d.hook_id = h.id AND d.state = 0
                       JOIN payloads p ON p.id = d.payload_id
                  WHERE h.id = ?1 ORDER BY d.id LIMIT ?2",
             )?;
             for (hook, at) in heads {
-                if at > now {
+                if at > now || !take(hook) {
                     continue;
                 }
                 let batch = stmt
@@ -678,6 +696,16 @@ fn render_bounded(outbox: &Outbox, view: &Rendered, event: Event, target: Target
         }
     };
     if body.len() <= outbox.body_bytes_max { body } else { Vec::new() }
+}
+
+/// Counts a change of a hook when dropped: after its write committed (or failed, which only
+/// makes a sender hand back its batch early).
+struct HookChanged<'a>(&'a Store);
+
+impl Drop for HookChanged<'_> {
+    fn drop(&mut self) {
+        self.0.hook_changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]

@@ -136,6 +136,8 @@ pub struct Store {
     /// Writes of users, groups and memberships this process ended: see
     /// [`Store::local_credential_writes`].
     local_credential_writes: AtomicU64,
+    /// Changes of hooks' settings and deletions made by this process (`Store::hook_changes`).
+    hook_changes: AtomicU64,
     /// A connection for one-number queries outside a transaction ([`Store::data_version`],
     /// [`Store::credentials_version`], [`Store::devices_version`]).
     watcher: Mutex<Option<Connection>>,
@@ -177,6 +179,7 @@ impl Store {
             commits: Mutex::new(Commits { done: 0, failed: VecDeque::new() }),
             committed: Condvar::new(),
             local_credential_writes: AtomicU64::new(0),
+            hook_changes: AtomicU64::new(0),
             watcher: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             viewed_pending: Mutex::new(foldhash::HashMap::default()),

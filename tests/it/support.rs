@@ -609,6 +609,8 @@ struct ReceiverState {
     /// Requests held unanswered now, and the most at once since the last reset.
     stalled_now: std::sync::atomic::AtomicUsize,
     stalled_max: std::sync::atomic::AtomicUsize,
+    /// How long it takes to answer (a slow receiver), in milliseconds.
+    delay_ms: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone, Debug)]
@@ -701,6 +703,7 @@ impl Receiver {
             }
             let status = state.status.load(std::sync::atomic::Ordering::SeqCst);
             state.received.lock().unwrap().push(Received { path, headers, body, answered: status });
+            std::thread::sleep(Duration::from_millis(state.delay_ms.load(std::sync::atomic::Ordering::SeqCst)));
             let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\nok");
             if stream.write_all(answer.as_bytes()).is_err() {
                 return;
@@ -724,6 +727,12 @@ impl Receiver {
             }
         }
         state.stalled_now.fetch_sub(1, SeqCst);
+    }
+
+    /// Answers each request only after this long (a slow receiver).
+    pub fn answer_after(&self, wait: Duration) {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.state.delay_ms.store(ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Stalls: from now on requests are read and never answered (or answers again).
