@@ -132,10 +132,25 @@ impl Deliverer {
 /// What the senders are busy with. A hook whose last batch failed or took longer than
 /// `WEBHOOK_SLOW_BATCH_MS` is slow, and slow hooks get at most half the senders: receivers that
 /// stall can hold up their own hooks, not the others (beyond one timeout when they first stall).
+/// The senders as the dispatcher hands out work. Slowness belongs to a receiver (the URL's
+/// host and port), not to one hook: hooks that send to a receiver that failed or was slow
+/// lately, or whose oldest delivery failed before (so also after a restart), count as slow,
+/// and slow ones share at most half of the senders. So a dead receiver behind many hooks
+/// costs at most one timeout per sender before its hooks are held to their half.
 struct Senders {
     workers: usize,
-    busy: HashMap<i64, Instant>,
-    slow: HashSet<i64>,
+    /// Busy hooks: since when, their receiver, and whether they were taken as slow.
+    busy: HashMap<i64, (Instant, String, bool)>,
+    slow: HashSet<String>,
+}
+
+/// A URL's receiver: its scheme, host and port as written (`http://10.0.0.5:8080`).
+fn receiver_of(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |e| start + e);
+    // Credentials are no part of the receiver.
+    let host = url[start..end].rsplit_once('@').map_or(&url[start..end], |(_, host)| host);
+    format!("{}{host}", &url[..start]).to_ascii_lowercase()
 }
 
 impl Senders {
@@ -155,26 +170,33 @@ impl Senders {
         self.busy.keys().copied().collect()
     }
 
-    /// Whether a sender may take the hook, with `also` taken in this round besides the busy
-    /// ones: slow hooks share at most half of the senders.
-    fn may_take_with(&self, hook_id: i64, also: &[i64]) -> bool {
-        if !self.slow.contains(&hook_id) {
+    /// Whether a hook to `url` (its oldest delivery `tried` before) counts as slow.
+    fn is_slow(&self, url: &str, tried: bool) -> bool {
+        tried || self.slow.contains(&receiver_of(url))
+    }
+
+    /// Whether a sender may take a hook, with `also` slow ones taken in this round besides the
+    /// busy ones: slow hooks share at most half of the senders.
+    fn may_take(&self, slow: bool, also_slow: usize) -> bool {
+        if !slow {
             return true;
         }
-        let slow_busy = self.busy.keys().chain(also).filter(|h| self.slow.contains(h)).count();
+        let slow_busy = self.busy.values().filter(|(_, _, s)| *s).count() + also_slow;
         slow_busy < (self.workers / 2).max(1)
     }
 
-    fn take(&mut self, hook_id: i64) {
-        self.busy.insert(hook_id, Instant::now());
+    fn take(&mut self, hook_id: i64, url: &str, slow: bool) {
+        self.busy.insert(hook_id, (Instant::now(), receiver_of(url), slow));
     }
 
     fn done(&mut self, d: &Done) {
-        let took = self.busy.remove(&d.hook_id).map(|t| t.elapsed()).unwrap_or_default();
-        if d.attempts.iter().any(|a| !a.delivered) || took > Duration::from_millis(limits::WEBHOOK_SLOW_BATCH_MS) {
-            self.slow.insert(d.hook_id);
+        let Some((since, receiver, _)) = self.busy.remove(&d.hook_id) else { return };
+        if d.attempts.iter().any(|a| !a.delivered)
+            || since.elapsed() > Duration::from_millis(limits::WEBHOOK_SLOW_BATCH_MS)
+        {
+            self.slow.insert(receiver);
         } else {
-            self.slow.remove(&d.hook_id);
+            self.slow.remove(&receiver);
         }
     }
 }
@@ -227,11 +249,13 @@ fn dispatch(
             last_read = Instant::now();
             // Only the hooks a sender takes now are read (their bodies are held until sent).
             let busy = senders.busy_hooks();
-            let mut taken = Vec::new();
-            let take = |hook_id: i64| {
-                let ok = senders.free() > taken.len() && senders.may_take_with(hook_id, &taken);
+            let mut taken: HashMap<i64, bool> = HashMap::new();
+            let take = |hook_id: i64, url: &str, tried: bool| {
+                let slow = senders.is_slow(url, tried);
+                let also_slow = taken.values().filter(|s| **s).count();
+                let ok = senders.free() > taken.len() && senders.may_take(slow, also_slow);
                 if ok {
-                    taken.push(hook_id);
+                    taken.insert(hook_id, slow);
                 }
                 ok
             };
@@ -239,8 +263,9 @@ fn dispatch(
                 Ok((batches, next)) => {
                     next_due = next;
                     for batch in batches {
-                        let Some(hook_id) = batch.first().map(|o| o.hook_id) else { continue };
-                        senders.take(hook_id);
+                        let Some(first) = batch.first() else { continue };
+                        let (hook_id, url) = (first.hook_id, first.url.clone());
+                        senders.take(hook_id, &url, taken.get(&hook_id).copied().unwrap_or(false));
                         if job_tx.send(batch).is_err() {
                             return;
                         }
@@ -410,6 +435,13 @@ mod tests {
     fn urls_go_on_the_wire_in_ascii() {
         assert_eq!(super::wire_url("http://127.0.0.1:9/h?a=1&b=%20x#f"), "http://127.0.0.1:9/h?a=1&b=%20x#f");
         assert_eq!(super::wire_url("http://h/n?e=é😀\u{2028} x"), "http://h/n?e=%C3%A9%F0%9F%98%80%E2%80%A8%20x");
+    }
+
+    #[test]
+    fn a_receiver_is_its_scheme_host_and_port() {
+        assert_eq!(super::receiver_of("http://10.0.0.5:8080/a/b?c#d"), "http://10.0.0.5:8080");
+        assert_eq!(super::receiver_of("https://u:p@host/x"), "https://host");
+        assert_eq!(super::receiver_of("http://[::1]:9"), "http://[::1]:9");
     }
 
     #[test]

@@ -374,25 +374,28 @@ impl Store {
 
     /// The heads of the hooks' queues: for each hook with pending deliveries (not in `busy`)
     /// whose oldest is due by `now` and that `take` accepts (a free sender for it), up to
-    /// `per_hook` of its oldest, in order. Only accepted hooks' deliveries are read, so what is
-    /// held in memory is bounded by the senders, not by the hooks with a backlog. Also when
-    /// the next not-yet-due head is due (Unix seconds), if any.
+    /// `per_hook` of its oldest, in order. `take` is told the hook, its URL and whether its
+    /// oldest delivery was tried before (its receiver failed it). Only accepted hooks'
+    /// deliveries are read, so what is held in memory is bounded by the senders, not by the
+    /// hooks with a backlog. Also when the next not-yet-due head is due (Unix seconds), if any.
     pub fn due_deliveries(
         &self,
         now: i64,
         busy: &[i64],
         per_hook: u32,
-        mut take: impl FnMut(i64) -> bool,
+        mut take: impl FnMut(i64, &str, bool) -> bool,
     ) -> Result<(Vec<Vec<Outgoing>>, Option<i64>)> {
         self.read(|tx| {
             let mut heads = tx.prepare_cached(
-                "SELECT h.id, d.next_at FROM hooks h JOIN deliveries d ON d.id = h.head
+                "SELECT h.id, d.next_at, h.url, d.attempts > 0 FROM hooks h JOIN deliveries d ON d.id = h.head
                  WHERE h.pending > 0 AND h.id NOT IN (SELECT value FROM json_each(?1))",
             )?;
             let heads = heads
-                .query_map([json_ids(busy)], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?
+                .query_map([json_ids(busy)], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, bool>(3)?))
+                })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            let next = heads.iter().map(|(_, at)| *at).filter(|at| *at > now).min();
+            let next = heads.iter().map(|(_, at, _, _)| *at).filter(|at| *at > now).min();
             let mut batches = Vec::new();
             let mut stmt = tx.prepare_cached(
                 "SELECT d.id, d.hook_id, h.url, h.secret, d.contenttype, d.event, p.body, d.attempts, d.next_at
@@ -400,8 +403,8 @@ impl Store {
                       JOIN payloads p ON p.id = d.payload_id
                  WHERE h.id = ?1 ORDER BY d.id LIMIT ?2",
             )?;
-            for (hook, at) in heads {
-                if at > now || !take(hook) {
+            for (hook, at, url, tried) in heads {
+                if at > now || !take(hook, &url, tried) {
                     continue;
                 }
                 let batch = stmt

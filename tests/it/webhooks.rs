@@ -445,6 +445,37 @@ fn a_deleted_hook_stops_its_deliveries_in_flight() {
     assert!(after < 10, "the whole batch was sent");
 }
 
+/// Slowness belongs to the receiver: once one of its hooks failed, the other hooks sending to
+/// it are held to their half of the senders too, before their own first attempt.
+#[test]
+fn many_hooks_to_one_dead_receiver_share_half_the_senders() {
+    let config = format!("{}workers = 2\ntimeout_ms = 1000\n", config());
+    let s = Service::start_with("many_hooks_to_one_dead_receiver", Options { config: &config, env: vec![] });
+    let (stalled, fast) = (Receiver::start(), Receiver::start());
+    stalled.stall(true);
+    let c = s.admin_client();
+    let dead: Vec<i64> =
+        (0..6).map(|i| hook(&c, "items.create", "all", &stalled.url(&format!("/{i}")), "json", "k")).collect();
+    hook(&c, "items.create", "all", &fast.url("/in"), "json", "k");
+    c.create("contacts", r#"{"firstname": "D1"}"#);
+    // The first round: both senders on the dead receiver (nothing known of it yet).
+    wait_for("a first attempt on the dead receiver", || {
+        let tried = c.get_json(&format!("/hooks/{}/deliveries", dead[0])).json()["deliveries"][0]["attempts"]
+            .as_i64()
+            .unwrap_or(0);
+        (tried >= 1).then_some(())
+    });
+    stalled.take_stalled_max();
+    fast.wait_accepted(1);
+    wait_for("a first attempt on every hook of the dead receiver", || {
+        dead.iter()
+            .all(|h| c.get_json(&format!("/hooks/{h}/deliveries")).json()["deliveries"][0]["attempts"] != 0)
+            .then_some(())
+    });
+    assert_eq!(stalled.take_stalled_max(), 1, "the dead receiver's hooks held both senders at once");
+    stalled.stall(false);
+}
+
 #[test]
 fn pending_deliveries_survive_kill_9() {
     let s = start("pending_deliveries_survive_kill_9");
