@@ -133,7 +133,7 @@ impl Deliverer {
 /// `WEBHOOK_SLOW_BATCH_MS` is slow, and slow hooks get at most half the senders: receivers that
 /// stall can hold up their own hooks, not the others (beyond one timeout when they first stall).
 /// The senders as the dispatcher hands out work. Slowness belongs to a receiver (the URL's
-/// host and port), not to one hook: hooks that send to a receiver that failed or was slow
+/// scheme, host and port), not to one hook: hooks that send to a receiver that failed or was slow
 /// lately, or whose oldest delivery failed before (so also after a restart), count as slow,
 /// and slow ones share at most half of the senders. So a dead receiver behind many hooks
 /// costs at most one timeout per sender before its hooks are held to their half.

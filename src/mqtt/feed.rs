@@ -227,11 +227,8 @@ impl Feed {
     /// After a site reload, when the engine starts over: devices online now go offline if
     /// the new engine does not place them within the away timeout.
     pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64) {
-        let mut pending = self.online.clone();
-        if let Some((_, restored)) = self.restored.take() {
-            pending.extend(restored.into_iter().filter(|id| self.online.contains(id)));
-        }
-        self.restored = Some((now_ms.saturating_add(away_timeout_ms), pending));
+        // Those still waiting from the start are online too: they wait anew.
+        self.restored = Some((now_ms.saturating_add(away_timeout_ms), self.online.clone()));
     }
 
     /// Renders and queues what one written batch means for the feed; state changes are
