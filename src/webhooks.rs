@@ -145,12 +145,12 @@ struct Senders {
 }
 
 /// A URL's receiver: its scheme, host and port as written (`http://10.0.0.5:8080`).
+/// Parsed as `api::webhooks::check_url` validated it; credentials are no part of it.
 fn receiver_of(url: &str) -> String {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |e| start + e);
-    // Credentials are no part of the receiver.
-    let host = url[start..end].rsplit_once('@').map_or(&url[start..end], |(_, host)| host);
-    format!("{}{host}", &url[..start]).to_ascii_lowercase()
+    let Ok(uri) = url.trim().parse::<http::Uri>() else { return url.to_ascii_lowercase() };
+    let (scheme, host) = (uri.scheme_str().unwrap_or(""), uri.host().unwrap_or(""));
+    let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+    format!("{scheme}://{host}{port}").to_ascii_lowercase()
 }
 
 impl Senders {
