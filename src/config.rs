@@ -110,6 +110,7 @@ pub struct RawWebhooks {
     pub workers: Option<usize>,
     pub backlog_max: Option<u64>,
     pub retention_days: Option<u64>,
+    pub ca: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -214,6 +215,16 @@ pub struct WebhooksConfig {
     pub workers: usize,
     pub backlog_max: u64,
     pub retention_days: u64,
+    /// The CA certificates https receivers' certificates must chain to, instead of the
+    /// public CAs built in.
+    pub ca: Option<WebhookCa>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WebhookCa {
+    pub path: PathBuf,
+    /// The certificates of the file, DER-encoded, each one a valid trust anchor.
+    pub certs: Arc<Vec<Vec<u8>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -305,6 +316,25 @@ fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
         (false, true) => table,
         (false, false) => format!("{table}.{key}"),
     }
+}
+
+/// The certificates of a PEM file of CA certificates: at least one, and each usable as a
+/// trust anchor.
+fn webhook_ca(path: &Path) -> Result<Vec<Vec<u8>>, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut certs = Vec::new();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+        rustls::RootCertStore::empty()
+            .add(cert.clone())
+            .map_err(|e| format!("{}: certificate {}: {e}", path.display(), certs.len() + 1))?;
+        certs.push(cert.to_vec());
+    }
+    if certs.is_empty() {
+        return Err(format!("{} has no PEM certificate (-----BEGIN CERTIFICATE-----)", path.display()));
+    }
+    Ok(certs)
 }
 
 /// Validates a raw configuration and resolves it. `source` is the config file (absolute), if
@@ -497,6 +527,14 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             1,
             limits::WEBHOOK_RETENTION_DAYS_CEILING,
         )?,
+        ca: match &w.ca {
+            None => None,
+            Some(p) => {
+                let path = relative(p);
+                let certs = webhook_ca(&path).map_err(|m| ConfigError::new("webhooks.ca", m))?;
+                Some(WebhookCa { path, certs: Arc::new(certs) })
+            }
+        },
     };
 
     // [[organizations]]
@@ -655,6 +693,7 @@ impl Config {
                 workers: Some(self.webhooks.workers),
                 backlog_max: Some(self.webhooks.backlog_max),
                 retention_days: Some(self.webhooks.retention_days),
+                ca: self.webhooks.ca.as_ref().map(|c| path(&c.path)),
             },
             organizations: self
                 .organizations

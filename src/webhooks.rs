@@ -70,6 +70,7 @@ impl Deliverer {
             .max_idle_connections_per_host(config.workers)
             .max_idle_connections(limits::WEBHOOK_IDLE_CONNECTIONS_MAX)
             .user_agent(format!("sitegate/{}", env!("CARGO_PKG_VERSION")))
+            .tls_config(tls_config(config.ca.as_ref()))
             .build()
             .into();
         let stopping = Arc::new(AtomicBool::new(false));
@@ -374,6 +375,19 @@ fn credentials(url: &str) -> (std::borrow::Cow<'_, str>, Option<String>) {
 }
 
 /// Sends one delivery; returns the attempt to record.
+/// The public CAs built in, or instead the site's from `[webhooks] ca`.
+fn tls_config(ca: Option<&crate::config::WebhookCa>) -> ureq::tls::TlsConfig {
+    let builder = ureq::tls::TlsConfig::builder();
+    match ca {
+        None => builder.build(),
+        Some(ca) => builder
+            .root_certs(ureq::tls::RootCerts::new_with_certs(
+                &ca.certs.iter().map(|der| ureq::tls::Certificate::from_der(der).to_owned()).collect::<Vec<_>>(),
+            ))
+            .build(),
+    }
+}
+
 fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) -> Attempt {
     let (url, authorization) = credentials(&job.url);
     let mut request = agent

@@ -65,8 +65,12 @@ fn configuration_errors_exit_78_and_name_the_key() {
         ("[site]\ntimezone = \"Europe/Nowhere\"\n", "site.timezone"),
         ("[[organizations]]\nid = \"has space\"\nname = \"x\"\n", "organizations[0].id"),
         ("[http]\ntls_cert = \"missing.crt\"\ntls_key = \"missing.key\"\n", "http.tls_cert"),
+        ("[webhooks]\nca = \"missing.pem\"\n", "webhooks.ca"),
+        ("[webhooks]\nca = \"no-certificate.pem\"\n", "webhooks.ca"),
         ("[http\nbroken", ""),
     ];
+    std::fs::write(dir.join("no-certificate.pem"), "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+        .unwrap();
     for (text, key) in cases {
         let path = dir.join("config.toml");
         std::fs::write(&path, text).unwrap();

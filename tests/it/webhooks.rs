@@ -582,3 +582,110 @@ fn senders_give_way_to_the_rest_of_the_service() {
     assert!(nice.iter().filter(|(n, _)| n.starts_with("http-worker")).all(|(_, v)| *v == 0), "{nice:?}");
     assert!(nice.iter().any(|(n, v)| n == "webhook-dispatc" && *v == 0), "{nice:?}");
 }
+
+/// An https receiver: answers 200 to every request over TLS with the given certificate, and
+/// keeps the bodies it got.
+struct TlsReceiver {
+    port: u16,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl TlsReceiver {
+    fn start(cert: &std::path::Path, key: &std::path::Path) -> TlsReceiver {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(cert).unwrap().map(Result::unwrap).collect();
+        let key = PrivateKeyDer::from_pem_file(key).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let config = std::sync::Arc::new(config);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&bodies);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let (config, kept) = (std::sync::Arc::clone(&config), std::sync::Arc::clone(&kept));
+                std::thread::spawn(move || {
+                    use std::io::{BufRead, Read, Write};
+                    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).ok();
+                    let conn = rustls::ServerConnection::new(config).unwrap();
+                    let mut tls = std::io::BufReader::new(rustls::StreamOwned::new(conn, stream));
+                    loop {
+                        let mut length = 0;
+                        let mut line = String::new();
+                        loop {
+                            line.clear();
+                            if tls.read_line(&mut line).unwrap_or(0) == 0 {
+                                return; // closed, or the handshake refused
+                            }
+                            if let Some((k, v)) = line.trim_end().split_once(':')
+                                && k.eq_ignore_ascii_case("content-length")
+                            {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if tls.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        kept.lock().unwrap().push(body);
+                        if tls.get_mut().write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        TlsReceiver { port, bodies }
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}/in", self.port)
+    }
+}
+
+/// `[webhooks] ca`: receivers with certificates of the site's CA are trusted, and then only
+/// they (a certificate of another CA is refused, as a public one would be).
+#[test]
+fn https_receivers_with_certificates_of_the_site_ca() {
+    let certs = crate::support::test_dir("https_receivers_with_certificates_of_the_site_ca-certs");
+    for (ca, host) in [("site", "127.0.0.1"), ("other", "127.0.0.1")] {
+        let dir = certs.join(ca);
+        let out = crate::support::sitegate()
+            .args(["cert", "init", "--dir", dir.to_str().unwrap(), "--host", host])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let site = TlsReceiver::start(&certs.join("site/server.pem"), &certs.join("site/server.key"));
+    let other = TlsReceiver::start(&certs.join("other/server.pem"), &certs.join("other/server.key"));
+    let config = format!("{}ca = \"{}\"\n", config(), certs.join("site/ca.pem").display());
+    let s = Service::start_with(
+        "https_receivers_with_certificates_of_the_site_ca",
+        Options { config: &config, env: vec![] },
+    );
+    let c = s.admin_client();
+    hook(&c, "items.create", "all", &site.url(), "json", "k");
+    let refused = hook(&c, "items.create", "all", &other.url(), "json", "k");
+    let id = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    let body = wait_for("the delivery over https", || site.bodies.lock().unwrap().first().cloned());
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["objectid"], id, "{v}");
+    let d = wait_for("the other CA's receiver to be refused", || {
+        let v = c.get_json(&format!("/hooks/{refused}/deliveries")).json();
+        let d = v["deliveries"][0].clone();
+        (d["attempts"].as_i64() >= Some(1)).then_some(d)
+    });
+    assert!(d["lasterror"].as_str().unwrap().contains("invalid peer certificate"), "{d}");
+    assert_ne!(d["state"], "delivered", "{d}");
+    assert!(other.bodies.lock().unwrap().is_empty());
+}
