@@ -292,11 +292,19 @@ fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
     let mut table = String::new();
     let mut key = String::new();
     let mut offset = 0;
+    // How many of each array of tables (`[[name]]`) came before: its index.
+    let mut arrays: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for line in text.split_inclusive('\n') {
         let line_end = offset + line.len();
         let trimmed = line.trim();
         if trimmed.starts_with('[') {
-            table = trimmed.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+            let header = trimmed.split('#').next().unwrap_or("").trim();
+            table = header.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+            if header.starts_with("[[") {
+                let seen = arrays.entry(table.clone()).or_default();
+                table = format!("{table}[{seen}]");
+                *seen += 1;
+            }
             key.clear();
         } else if let Some((name, _)) = trimmed.split_once('=')
             && !trimmed.starts_with('#')
@@ -802,6 +810,12 @@ mod tests {
         check_err("[http]\nbogus = 1\n", "http.bogus");
         check_err("[site]\ntimezone = \"Mars/Base\"\n", "site.timezone");
         check_err("[[organizations]]\nid = \"a-b\"\nname = \"x\"\n", "organizations[0].id");
+        // Unknown keys and wrong types in an array of tables name the entry too.
+        check_err(
+            "[[organizations]]\nid = \"a\"\nname = \"x\"\n[[organizations]] # b\nid = \"b\"\nnam = \"y\"\n",
+            "organizations[1].nam",
+        );
+        check_err("[[organizations]]\nid = 7\nname = \"x\"\n", "organizations[0].id");
         check_err("[[fields]]\nid = 1\nlabel = \"x\"\ntype = \"text\"\n", "fields[0].id");
         check_err("[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"blob\"\n", "fields[0].type");
         check_err("[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"select\"\n", "fields[0].options");
