@@ -143,8 +143,11 @@ pub const WEBHOOK_SLOW_BATCH_MS: u64 = 2_000;
 pub const WEBHOOK_SENDER_NICE: i32 = 10;
 /// Kept-alive connections to receivers, all senders together.
 pub const WEBHOOK_IDLE_CONNECTIONS_MAX: usize = 64;
-/// Deliveries of one hook a sender takes at once (sent in order, recorded together).
+/// Deliveries of one hook a sender takes at once (sent in order).
 pub const WEBHOOK_BATCH_PER_HOOK: u32 = 32;
+/// A sender records what it sent of a batch at least this often (a crash repeats at most
+/// what was sent since, and the delivery in flight).
+pub const WEBHOOK_RECORD_INTERVAL_MS: u64 = 250;
 /// Least time between two reads of the outbox when new deliveries keep arriving.
 pub const WEBHOOK_READ_SPACING_MS: u64 = 5;
 /// How often the delivery worker looks for due deliveries when nothing wakes it.

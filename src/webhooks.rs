@@ -39,10 +39,13 @@ pub struct Deliverer {
     dispatcher: JoinHandle<()>,
 }
 
-/// What a sender reports back: the attempts it made for one hook.
+/// What a sender reports back: the attempts it made for one hook. A long batch is reported
+/// in parts, each at most `WEBHOOK_RECORD_INTERVAL_MS` of attempts, so a crash repeats only
+/// what was sent since the last part; the hook is free again with its `last` part.
 struct Done {
     hook_id: i64,
     attempts: Vec<Attempt>,
+    last: bool,
 }
 
 impl Deliverer {
@@ -87,9 +90,16 @@ impl Deliverer {
                     // and so does a change of any hook (the rest go with its new settings).
                     let changes = store.hook_changes();
                     let mut attempts = Vec::with_capacity(batch.len());
+                    let mut reported = Instant::now();
+                    let every = Duration::from_millis(limits::WEBHOOK_RECORD_INTERVAL_MS);
                     for job in batch {
                         if stopping.load(Ordering::Relaxed) || store.hook_changes() != changes {
                             break;
+                        }
+                        if !attempts.is_empty() && reported.elapsed() >= every {
+                            let part = std::mem::take(&mut attempts);
+                            let _ = done_tx.send(Done { hook_id, attempts: part, last: false });
+                            reported = Instant::now();
                         }
                         let attempt = deliver(&agent, &metrics, &delays, job);
                         let accepted = attempt.delivered;
@@ -98,7 +108,7 @@ impl Deliverer {
                             break;
                         }
                     }
-                    let _ = done_tx.send(Done { hook_id, attempts });
+                    let _ = done_tx.send(Done { hook_id, attempts, last: true });
                 }
             })?);
         }
@@ -190,7 +200,11 @@ impl Senders {
         self.busy.insert(hook_id, (Instant::now(), receiver_of(url), slow));
     }
 
+    /// A sender's report: with its last part, the hook is free again and its receiver judged.
     fn done(&mut self, d: &Done) {
+        if !d.last {
+            return;
+        }
         let Some((since, receiver, _)) = self.busy.remove(&d.hook_id) else { return };
         if d.attempts.iter().any(|a| !a.delivered)
             || since.elapsed() > Duration::from_millis(limits::WEBHOOK_SLOW_BATCH_MS)
@@ -374,7 +388,6 @@ fn credentials(url: &str) -> (std::borrow::Cow<'_, str>, Option<String>) {
     (bare, Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))))
 }
 
-/// Sends one delivery; returns the attempt to record.
 /// The public CAs built in, or instead the site's from `[webhooks] ca`.
 fn tls_config(ca: Option<&crate::config::WebhookCa>) -> ureq::tls::TlsConfig {
     let builder = ureq::tls::TlsConfig::builder();
@@ -388,6 +401,7 @@ fn tls_config(ca: Option<&crate::config::WebhookCa>) -> ureq::tls::TlsConfig {
     }
 }
 
+/// Sends one delivery; returns the attempt to record.
 fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) -> Attempt {
     let (url, authorization) = credentials(&job.url);
     let mut request = agent

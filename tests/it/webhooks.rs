@@ -689,3 +689,49 @@ fn https_receivers_with_certificates_of_the_site_ca() {
     assert_ne!(d["state"], "delivered", "{d}");
     assert!(other.bodies.lock().unwrap().is_empty());
 }
+
+/// A long batch (a slow receiver) is recorded as it goes, not when it ends: a kill -9 in the
+/// middle sends again only what was not recorded yet, not the whole batch.
+#[test]
+fn a_long_batch_is_recorded_as_it_goes() {
+    let s = start("a_long_batch_is_recorded_as_it_goes");
+    let rx = Receiver::start();
+    rx.take_down();
+    let c = s.admin_client();
+    let h = hook(&c, "items.create", "all", &rx.url("/in"), "json", "k");
+    let ids: Vec<i64> = (0..20).map(|i| c.create("contacts", &format!(r#"{{"firstname": "L{i}"}}"#))).collect();
+    rx.answer_after(std::time::Duration::from_millis(300));
+    rx.bring_up();
+    // 20 deliveries at 0.3 s each: the first ones are recorded while the rest go out.
+    let recorded: Vec<String> = wait_for("deliveries recorded while the batch is under way", || {
+        let v = c.get_json(&format!("/hooks/{h}/deliveries")).json();
+        let done: Vec<String> = v["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["state"] == "delivered")
+            .map(|d| d["id"].to_string())
+            .collect();
+        (done.len() >= 3).then_some(done)
+    });
+    assert!(rx.received().len() < 20, "recorded before the batch ended");
+    let admin = s.admin.clone();
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    let _ = std::process::Command::new("kill").arg("-KILL").arg(s.pid().to_string()).status();
+    drop(s);
+    let before_kill = rx.received().len();
+    rx.answer_after(std::time::Duration::ZERO);
+    let s = Service::launch(dir, cfg, &[]);
+    wait_for("every contact delivered", || {
+        let mut objects: Vec<i64> = rx.accepted().iter().map(|r| r.json()["objectid"].as_i64().unwrap()).collect();
+        objects.sort();
+        objects.dedup();
+        (objects.len() == ids.len()).then_some(())
+    });
+    let after: Vec<String> =
+        rx.received()[before_kill..].iter().map(|r| r.header("X-Sitegate-Delivery").unwrap().to_string()).collect();
+    for id in &recorded {
+        assert!(!after.contains(id), "delivery {id} was recorded before the kill and sent again: {after:?}");
+    }
+    let _ = s.client(&admin);
+}
