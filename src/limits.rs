@@ -255,7 +255,8 @@ pub const TRACE_LINE_BYTES_MAX: usize = 64 * 1024;
 pub const TRACE_RECEIVERS_MAX: usize = 4_096;
 /// Adverts waiting for the engine (live sources); beyond, they are dropped and counted.
 pub const LOCATION_ADVERT_QUEUE_MAX: usize = 10_000;
-/// BLE: pause before scanning again after a failure (doubling up to the max).
+/// BLE: pause before scanning again after a round that heard adverts, and after one that
+/// heard none (doubling for each such round in a row up to the max).
 pub const BLE_RETRY_MIN_MS: u64 = 1_000;
 pub const BLE_RETRY_MAX_MS: u64 = 30_000;
 /// BLE: how long an RSSI event waits for the data event of the same advertisement.

@@ -60,11 +60,11 @@ pub struct BleSettings {
 /// Runs rounds of scanning until `stop` is set.
 pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanState>, stop: Arc<AtomicBool>) {
     let receiver: Arc<str> = settings.adapter.as_str().into();
-    let mut pause = Duration::from_millis(limits::BLE_RETRY_MIN_MS);
+    let mut fruitless = 0u32;
     let mut last_error = String::new();
     while !stop.load(Ordering::SeqCst) {
         state.rounds.fetch_add(1, Ordering::Relaxed);
-        let started = std::time::Instant::now();
+        let heard_before = state.adverts.load(Ordering::Relaxed);
         match round(&settings, &receiver, &mut sink, &state, &stop).await {
             Ok(why) => {
                 log::info!("BLE scan on {} ended ({why}); starting again", settings.adapter);
@@ -82,15 +82,22 @@ pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanStat
             }
         }
         state.scanning.store(false, Ordering::SeqCst);
-        if started.elapsed() > Duration::from_secs(60) {
-            pause = Duration::from_millis(limits::BLE_RETRY_MIN_MS);
-        }
-        let deadline = tokio::time::Instant::now() + pause;
+        let heard = state.adverts.load(Ordering::Relaxed) > heard_before;
+        fruitless = if heard { 0 } else { fruitless.saturating_add(1) };
+        let deadline = tokio::time::Instant::now() + retry_pause(fruitless);
         while tokio::time::Instant::now() < deadline && !stop.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        pause = (pause * 2).min(Duration::from_millis(limits::BLE_RETRY_MAX_MS));
     }
+}
+
+/// The pause before the next round after `fruitless` rounds in a row that heard nothing: a
+/// round that heard adverts worked (a bluetoothd restart ends those too), so the next one
+/// starts after the shortest pause; rounds that hear nothing back off, doubling, to the
+/// longest.
+fn retry_pause(fruitless: u32) -> Duration {
+    let doubled = limits::BLE_RETRY_MIN_MS.saturating_mul(1 << fruitless.saturating_sub(1).min(20));
+    Duration::from_millis(doubled.min(limits::BLE_RETRY_MAX_MS))
 }
 
 async fn find_adapter(name: &str) -> Result<Adapter, String> {
@@ -124,6 +131,13 @@ async fn round(
 ) -> Result<&'static str, String> {
     let adapter = find_adapter(&settings.adapter).await?;
     let mut events = adapter.events().await.map_err(|e| format!("cannot subscribe to events: {e}"))?;
+    // The devices BlueZ knows already: the stream starts with a made-up discovery of each,
+    // whose properties (RSSI included) are what BlueZ last heard, maybe long ago. Those are no
+    // adverts; the device's data is read when it is heard again.
+    let mut cached: std::collections::HashSet<PeripheralId> = match adapter.peripherals().await {
+        Ok(list) => list.iter().map(|p| p.id()).collect(),
+        Err(_) => Default::default(),
+    };
     let mut powered = adapter.adapter_state().await.map(|s| s == CentralState::PoweredOn).unwrap_or(false);
     if powered {
         adapter.start_scan(ScanFilter::default()).await.map_err(|e| format!("cannot start scanning: {e}"))?;
@@ -170,6 +184,11 @@ async fn round(
                 if let Some((pid, prssi, pt)) = pending.take() {
                     emit(&known, &pid, prssi, pt, receiver, sink, state);
                 }
+                if !known.contains_key(&id) {
+                    // Known to BlueZ before this round, or forgotten since: a beacon that
+                    // repeats itself sends no data events, so read its data once.
+                    learn(&adapter, &id, &mut known).await;
+                }
                 pending = Some((id, rssi, now));
             }
             CentralEvent::ManufacturerDataAdvertisement { id, manufacturer_data } => {
@@ -185,27 +204,16 @@ async fn round(
                 flush_joined(&mut pending, &known, receiver, sink, state);
             }
             CentralEvent::DeviceDiscovered(id) => {
-                // A device's first advertisement arrives with its discovery, as properties
-                // rather than events: read them once.
                 if let Some((pid, prssi, pt)) = pending.take() {
                     emit(&known, &pid, prssi, pt, receiver, sink, state);
                 }
-                let properties = match adapter.peripheral(&id).await {
-                    Ok(p) => p.properties().await.ok().flatten(),
-                    Err(_) => None,
-                };
-                let entry = remember(&mut known, &id);
-                if let Some(p) = properties {
-                    entry.mfg = sorted(p.manufacturer_data.into_iter().collect());
-                    entry.svc = sorted(
-                        p.service_data
-                            .into_iter()
-                            .filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data)))
-                            .collect(),
-                    );
-                    if let Some(rssi) = p.rssi {
-                        emit(&known, &id, rssi, now, receiver, sink, state);
-                    }
+                if cached.remove(&id) {
+                    continue; // made up for a device BlueZ knew already: not heard now
+                }
+                // A device's first advertisement arrives with its discovery, as properties
+                // rather than events: read them once.
+                if let Some(rssi) = learn(&adapter, &id, &mut known).await {
+                    emit(&known, &id, rssi, now, receiver, sink, state);
                 }
             }
             CentralEvent::DeviceUpdated(id) => {
@@ -233,6 +241,21 @@ async fn round(
             known.clear();
         }
     }
+}
+
+/// Reads a device's advertising data from its properties into `known`; returns the RSSI they
+/// carry.
+async fn learn(adapter: &Adapter, id: &PeripheralId, known: &mut HashMap<PeripheralId, Known>) -> Option<i16> {
+    let properties = match adapter.peripheral(id).await {
+        Ok(p) => p.properties().await.ok().flatten(),
+        Err(_) => None,
+    };
+    let entry = remember(known, id);
+    let p = properties?;
+    entry.mfg = sorted(p.manufacturer_data.into_iter().collect());
+    entry.svc =
+        sorted(p.service_data.into_iter().filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data))).collect());
+    p.rssi
 }
 
 fn remember<'a>(known: &'a mut HashMap<PeripheralId, Known>, id: &PeripheralId) -> &'a mut Known {
@@ -295,6 +318,17 @@ fn mac_of(id: &PeripheralId) -> Mac {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rounds_that_heard_adverts_restart_at_once() {
+        use super::retry_pause;
+        let min = std::time::Duration::from_millis(crate::limits::BLE_RETRY_MIN_MS);
+        assert_eq!(retry_pause(0), min);
+        assert_eq!(retry_pause(1), min);
+        assert_eq!(retry_pause(2), min * 2);
+        assert_eq!(retry_pause(3), min * 4);
+        assert_eq!(retry_pause(u32::MAX), std::time::Duration::from_millis(crate::limits::BLE_RETRY_MAX_MS));
+    }
+
     #[test]
     fn short_uuids() {
         let u: uuid::Uuid = "0000feaa-0000-1000-8000-00805f9b34fb".parse().unwrap();

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use expect_test::expect_file;
 use serde_json::{Value, json};
@@ -288,6 +288,61 @@ fn record_writes_what_the_adapter_hears() {
     assert_eq!(eddy["svc"]["feaa"], uid);
     let times: Vec<i64> = adverts.iter().map(|a| a["t_ms"].as_i64().unwrap()).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "stamped on arrival, in order: {times:?}");
+}
+
+/// A new scan round (here after the watchdog's silence) does not take the devices BlueZ
+/// knew already for adverts heard now; a known device heard again is recorded with its data
+/// (a beacon that repeats itself sends only its RSSI).
+#[test]
+fn a_new_scan_round_records_only_what_is_heard() {
+    let mut bus = MockBus::start("rounds");
+    let dir = test_dir("a_new_scan_round_records_only_what_is_heard");
+    std::fs::write(dir.join("config.toml"), format!("{BASE_CONFIG}\n[location]\nscan_watchdog_s = 5\n")).unwrap();
+    let mut child = sitegate()
+        .current_dir(&dir)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+        .args(["record", "--config", "config.toml", "--out", "trace.jsonl", "--seconds", "120"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rounds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn({
+        let rounds = Arc::clone(&rounds);
+        move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("BLE: scanning on hci0") {
+                    rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    let lines = |n: usize| {
+        wait_for(&format!("{n} recorded adverts"), || {
+            let text = std::fs::read_to_string(dir.join("trace.jsonl")).unwrap_or_default();
+            (text.lines().count() >= n).then_some(text)
+        })
+    };
+    bus.wait_discovering();
+    for i in 0..3 {
+        bus.ok(json!({"advert": ibeacon("C0:00:00:00:00:22", 22, -60 - i)}));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    lines(3);
+    // Silence: the watchdog ends the round and starts another, which finds the badge cached.
+    wait_for("a second scan round", || (rounds.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(()));
+    bus.wait_discovering();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let text = std::fs::read_to_string(dir.join("trace.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 3, "nothing heard since, nothing recorded:\n{text}");
+    // Heard again, with the same data (only its RSSI changes on the bus).
+    bus.ok(json!({"advert": ibeacon("C0:00:00:00:00:22", 22, -75)}));
+    let text = lines(4);
+    let last: Value = serde_json::from_str(text.lines().nth(3).unwrap()).unwrap();
+    assert_eq!(last["rssi"], -75, "{text}");
+    assert_eq!(last["mfg"]["004c"], format!("0215{UUID}00050016c5"), "{text}");
+    let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    assert!(child.wait().unwrap().success());
 }
 
 /// The MQTT feed from the live engine: a data message at the zone change, the retained state
