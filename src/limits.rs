@@ -263,10 +263,9 @@ pub const BLE_RETRY_MAX_MS: u64 = 30_000;
 pub const BLE_JOIN_WAIT_MS: u64 = 20;
 /// BLE: devices whose advertising data is remembered (phones rotate addresses).
 pub const BLE_KNOWN_DEVICES_MAX: usize = 10_000;
-/// Location: the engine's decisions are written at most this often (one transaction).
+/// Location: the engine's decisions are written at most this often (one transaction), each
+/// time after looking whether devices were added, changed or deleted.
 pub const LOCATION_FLUSH_MS: u64 = 1_000;
-/// Location: how often the engine checks for devices added or changed by another process.
-pub const LOCATION_DEVICES_CHECK_MS: u64 = 2_000;
 /// Location: history past the retention is purged this often, in batches of rows.
 pub const LOCATION_PURGE_INTERVAL_S: u64 = 3_600;
 pub const LOCATION_PURGE_ROWS_MAX: u32 = 5_000;

@@ -84,7 +84,7 @@ fn refresh_devices(store: &Store, feed: Option<&mut Feed>, alerts: &mut crate::a
     match store.devices(None) {
         Ok(devices) => {
             if let Some(feed) = feed {
-                feed.set_devices(&devices);
+                feed.set_devices(store, &devices);
             }
             alerts.set_devices(&devices);
         }
@@ -204,7 +204,7 @@ fn run(
     let mut pending = Pending::default();
     let mut outputs = Vec::new();
     let flush_every = Duration::from_millis(limits::LOCATION_FLUSH_MS);
-    let (mut last_flush, mut last_check) = (Instant::now(), Instant::now());
+    let mut last_flush = Instant::now();
     let mut last_purge: Option<Instant> = None;
     loop {
         match rx.recv_timeout(flush_every / 4) {
@@ -227,6 +227,24 @@ fn run(
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             // No source left (stopping): time still passes for the engine.
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => std::thread::sleep(flush_every / 4),
+        }
+        // Before every write: what is written and published is for the devices as they are
+        // now (added, changed or deleted through the API or by another process).
+        if last_flush.elapsed() >= flush_every {
+            if let Ok(v) = store.devices_version()
+                && v != version
+            {
+                version = v;
+                pipeline.registry.reload(load_registry(store));
+                log::info!("location: devices changed; the engine follows");
+                refresh_devices(store, feed.as_mut(), &mut alerts);
+                last_feed_refresh = Instant::now();
+            }
+            // Contact names change without the devices changing.
+            if last_feed_refresh.elapsed() >= Duration::from_millis(limits::MQTT_FEED_DEVICES_REFRESH_MS) {
+                refresh_devices(store, feed.as_mut(), &mut alerts);
+                last_feed_refresh = Instant::now();
+            }
         }
         let stopping = stop.load(Ordering::SeqCst);
         if last_flush.elapsed() >= flush_every || stopping {
@@ -254,23 +272,6 @@ fn run(
         }
         if stopping {
             break;
-        }
-        if last_check.elapsed() >= Duration::from_millis(limits::LOCATION_DEVICES_CHECK_MS) {
-            last_check = Instant::now();
-            if let Ok(v) = store.devices_version()
-                && v != version
-            {
-                version = v;
-                pipeline.registry.reload(load_registry(store));
-                log::info!("location: devices changed; the engine follows");
-                refresh_devices(store, feed.as_mut(), &mut alerts);
-                last_feed_refresh = Instant::now();
-            }
-            // Contact names change without the devices changing.
-            if last_feed_refresh.elapsed() >= Duration::from_millis(limits::MQTT_FEED_DEVICES_REFRESH_MS) {
-                refresh_devices(store, feed.as_mut(), &mut alerts);
-                last_feed_refresh = Instant::now();
-            }
         }
         if reload.swap(false, Ordering::SeqCst) {
             // Every visit ends now; the devices enter their zones again under the new map.

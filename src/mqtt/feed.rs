@@ -184,43 +184,92 @@ pub struct Feed {
     /// Devices restored as online at start (or online at a site reload) that the engine has
     /// not placed yet, and when they count as gone (start + away timeout).
     restored: Option<(i64, HashSet<i64>)>,
+    /// The stored states were published ([`Feed::restore`]): later device changes are
+    /// published as they come.
+    published: bool,
     stats: Arc<BrokerStats>,
 }
 
 impl Feed {
     pub fn new(tx: tokio::sync::mpsc::Sender<FeedMessage>, tz: jiff::tz::TimeZone, stats: Arc<BrokerStats>) -> Feed {
-        Feed { tx, tz, devices: HashMap::new(), online: HashSet::new(), restored: None, stats }
+        Feed { tx, tz, devices: HashMap::new(), online: HashSet::new(), restored: None, published: false, stats }
     }
 
     /// Takes the devices (at start, when they change, and now and then for contact names).
-    pub fn set_devices(&mut self, devices: &[StoredDevice]) {
-        self.devices = devices.iter().map(|d| (d.id, FeedDevice::from(d))).collect();
+    /// Once the states are published ([`Feed::restore`]), a deleted device's retained state is
+    /// cleared (an empty retained message), and a device whose topic, contact or contact's
+    /// name changed has its state published again, so that the retained state names who
+    /// carries it now.
+    pub fn set_devices(&mut self, store: &Store, devices: &[StoredDevice]) {
+        let new: HashMap<i64, FeedDevice> = devices.iter().map(|d| (d.id, FeedDevice::from(d))).collect();
+        let old = std::mem::replace(&mut self.devices, new);
+        if !self.published {
+            return;
+        }
+        let mut again = HashSet::new();
+        for (id, was) in &old {
+            match self.devices.get(id) {
+                None => {
+                    self.clear(topic(was, "state"));
+                    self.online.remove(id);
+                    if let Some((_, pending)) = &mut self.restored {
+                        pending.remove(id);
+                    }
+                }
+                Some(d) if d.org != was.org || d.deviceid != was.deviceid => {
+                    self.clear(topic(was, "state"));
+                    again.insert(*id);
+                }
+                Some(d) if d.contact_id != was.contact_id || d.contact_name != was.contact_name => {
+                    again.insert(*id);
+                }
+                Some(_) => {}
+            }
+        }
+        if !again.is_empty() {
+            self.publish_states(store, |id| again.contains(&id));
+        }
+    }
+
+    /// Publishes the stored state of the devices `which` chooses (retained); returns those
+    /// not offline.
+    fn publish_states(&mut self, store: &Store, which: impl Fn(i64) -> bool) -> HashSet<i64> {
+        let states = match store.device_states() {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("mqtt: cannot read the device states: {e}");
+                return HashSet::new();
+            }
+        };
+        let mut present = HashSet::new();
+        for (id, state, t_ms) in states {
+            let Some(d) = self.devices.get(&id).filter(|_| which(id)) else { continue };
+            // An alarm state says again which alarm (its alert holds the text).
+            let alarm = if state == STATE_ALARM { store.alert_text_at(id, t_ms).ok().flatten() } else { None };
+            let msg = state_message(d, &state, alarm.as_deref(), t_ms, &self.tz);
+            self.send(topic(d, "state"), &msg, true);
+            if state != STATE_OFFLINE {
+                present.insert(id);
+            }
+        }
+        present
+    }
+
+    /// Removes a topic's retained message (subscribers get the empty message).
+    fn clear(&self, topic: String) {
+        if self.tx.try_send(FeedMessage { topic, payload: Vec::new(), retain: true }).is_err() {
+            self.stats.feed_dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// At start: publishes every device's last state again (retained), and remembers which
     /// were online so that they go offline if the engine does not place them in time.
     pub fn restore(&mut self, store: &Store, now_ms: i64, away_timeout_ms: i64) {
-        let states = match store.device_states() {
-            Ok(s) => s,
-            Err(e) => {
-                log::warn!("mqtt: cannot read the device states: {e}");
-                return;
-            }
-        };
-        let mut pending = HashSet::new();
-        for (id, state, t_ms) in states {
-            let Some(d) = self.devices.get(&id) else { continue };
-            // An alarm state says again which alarm (its alert holds the text).
-            let alarm = if state == STATE_ALARM { store.alert_text_at(id, t_ms).ok().flatten() } else { None };
-            let msg = state_message(d, &state, alarm.as_deref(), t_ms, &self.tz);
-            self.send(topic(d, "state"), &msg, true);
-            // An alarm or low battery is set on a device that is there: placed again, it
-            // keeps that state (as without the restart); not placed in time, it goes offline.
-            if state != STATE_OFFLINE {
-                self.online.insert(id);
-                pending.insert(id);
-            }
-        }
+        self.published = true;
+        // An alarm or low battery is set on a device that is there: placed again, it keeps
+        // that state (as without the restart); not placed in time, it goes offline.
+        let pending = self.publish_states(store, |_| true);
+        self.online.extend(pending.iter().copied());
         self.restored = Some((now_ms + away_timeout_ms, pending));
     }
 

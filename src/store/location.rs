@@ -274,8 +274,10 @@ impl Store {
                         )?;
                     }
                     LocationEvent::Enter { device_id, t_ms, zone_id } => {
+                        // A device deleted since the engine decided has nothing written.
                         tx.exec(
-                            "INSERT INTO visits (device_id, zone_id, enter_ms) VALUES (?1, ?2, ?3)",
+                            "INSERT INTO visits (device_id, zone_id, enter_ms)
+                             SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM devices WHERE id = ?1)",
                             (device_id, zone_id, t_ms),
                         )?;
                         tx.exec(
@@ -298,7 +300,7 @@ impl Store {
                     LocationEvent::Update { device_id, t_ms, zone_id, lat, lon, receiver, rssi } => {
                         tx.exec(
                             "INSERT OR REPLACE INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM devices WHERE id = ?1)",
                             (device_id, t_ms, zone_id, lat, lon, receiver, rssi),
                         )?;
                         tx.exec(
@@ -414,9 +416,12 @@ impl Store {
         Ok(out)
     }
 
-    /// Forgets where a contact's devices were: their history, visits and current status.
+    /// Forgets where a contact's devices were: their history, visits and last position. A
+    /// device in a zone now (its visit still open) stays there, as if it had entered at the
+    /// purge, so that the engine's next decisions about it still fit what is stored.
     /// Returns the rows removed.
     pub fn purge_contact_locations(&self, org: &str, contact: i64) -> Result<usize> {
+        let now = crate::timefmt::now_ms();
         self.write(|tx| {
             contact_exists(tx, org, contact)?;
             let ids: Vec<i64> = {
@@ -426,11 +431,14 @@ impl Store {
             let mut n = 0;
             for id in ids {
                 n += tx.exec("DELETE FROM locations WHERE device_id = ?1", [id])?;
-                n += tx.exec("DELETE FROM visits WHERE device_id = ?1", [id])?;
+                n += tx.exec("DELETE FROM visits WHERE device_id = ?1 AND exit_ms IS NOT NULL", [id])?;
+                tx.exec("UPDATE visits SET enter_ms = ?2 WHERE device_id = ?1 AND exit_ms IS NULL", (id, now))?;
                 tx.exec(
                     "UPDATE devices SET lat = NULL, lon = NULL, receiver = NULL, rssi = NULL, position_ms = NULL,
-                                        position_zone_id = NULL, zone_id = NULL, zone_since_ms = NULL WHERE id = ?1",
-                    [id],
+                                        position_zone_id = NULL,
+                                        zone_since_ms = CASE WHEN zone_id IS NULL THEN NULL ELSE ?2 END
+                     WHERE id = ?1",
+                    (id, now),
                 )?;
             }
             Ok(n)

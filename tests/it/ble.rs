@@ -419,3 +419,96 @@ fn the_feed_publishes_zone_changes_and_retained_states() {
     let health = s.anonymous().get_json("/health").json();
     assert_eq!(health["mqtt"]["connections"], 1, "{health}");
 }
+
+/// Devices changed while they are heard: a new contact is named in the retained state at once;
+/// a purge of the contact's location data leaves the device placed (its visit starting at the
+/// purge); a deleted device has nothing more written or published and its retained state is
+/// cleared.
+#[test]
+fn devices_changed_while_heard() {
+    use crate::mqtt::{connect, mqtt_addr, mqtt_user};
+    use std::time::Duration;
+
+    let mut bus = MockBus::start("changed");
+    let config = config();
+    let bus_address = bus.address.clone();
+    let env = vec![("DBUS_SYSTEM_BUS_ADDRESS", bus_address.as_str())];
+    let s = Service::start_with("devices_changed_while_heard", Options { config: &config, env });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let bob = c.create("contacts", r#"{"firstname": "Bob", "lastname": "Roe"}"#);
+    let badge = format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{UUID}/5/22", "contactid": {ann}}}"#);
+    let device = c.post_json("/devices", &badge).json()["device"]["id"].as_i64().unwrap();
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    let sub = connect(mqtt_addr(&s), "intercom-1", "intercom", &password).unwrap();
+    sub.subscribe("acme/+/state");
+    bus.wait_discovering();
+    // The badge is heard every 300 ms from here on, by a thread of its own.
+    let heard = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let pump = std::thread::spawn({
+        let heard = Arc::clone(&heard);
+        move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while heard.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < deadline {
+                bus.ok(json!({"advert": ibeacon("C0:00:00:00:00:22", 22, -60)}));
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+    });
+    // An empty payload (a cleared retained message) is null.
+    let state_of = |p: &rumqttc::Publish| serde_json::from_slice::<Value>(&p.payload).unwrap_or(Value::Null);
+    let next_state = |what: &str, ok: &dyn Fn(&Value) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if let Some(p) = sub.next_publish(Duration::from_millis(500))
+                && p.topic == "acme/5.1.22/state"
+                && ok(&state_of(&p))
+            {
+                return p;
+            }
+        }
+        panic!("no state message: {what}");
+    };
+    next_state("online", &|v| v["data"]["state"] == "online" && v["contactName"] == "Ann Lee");
+
+    // Given to Bob: the state says so again, also to a later subscriber.
+    c.put_json(&format!("/devices/{device}"), &format!(r#"{{"contactid": {bob}}}"#)).assert_status(200);
+    let p = next_state("Bob named", &|v| v["contactName"] == "Bob Roe");
+    assert_eq!(state_of(&p)["contactId"], bob);
+    assert_eq!(state_of(&p)["data"]["state"], "online");
+    let late = connect(mqtt_addr(&s), "late-1", "intercom", &password).unwrap();
+    late.subscribe("acme/+/state");
+    let p = late.next_publish(Duration::from_secs(10)).expect("the retained state");
+    assert_eq!(state_of(&p)["contactName"], "Bob Roe");
+    drop(late);
+
+    // Bob's location data forgotten while he is in the kitchen: he stays placed there, and
+    // what follows is recorded from the purge on.
+    let purged_at = jiff::Timestamp::now();
+    c.delete(&format!("/contacts/{bob}/locations")).assert_status(200);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(c.get_json(&format!("/devices/{device}")).json()["device"]["zoneid"], 21);
+    let export = c.get_json(&format!("/contacts/{bob}/locations")).json();
+    let visits = export["devices"][0]["visits"].as_array().unwrap().clone();
+    assert_eq!(visits.len(), 1, "{export}");
+    assert_eq!((visits[0]["zoneid"].as_i64(), visits[0]["exit"].as_str()), (Some(21), Some("")), "{export}");
+    let v = c.post_json("/report/timebydevice", r#"{"deviceaddress": "5/1/22"}"#).json();
+    assert_eq!(v["timebydevice"]["count"], 1, "the open visit counts: {v}");
+
+    // Deleted while heard: nothing of it is written after the delete, and its retained
+    // state is cleared.
+    c.delete(&format!("/devices/{device}")).assert_status(200);
+    let p = next_state("cleared", &|_| true);
+    assert!(p.payload.is_empty(), "{:?}", p.payload);
+    std::thread::sleep(Duration::from_millis(2500));
+    heard.store(false, std::sync::atomic::Ordering::SeqCst);
+    pump.join().unwrap();
+    let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
+    let count = |sql: &str| db.query_row(sql, [device], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(count("SELECT count(*) FROM locations WHERE device_id = ?1"), 0);
+    assert_eq!(count("SELECT count(*) FROM visits WHERE device_id = ?1"), 0);
+    let later = connect(mqtt_addr(&s), "later-1", "intercom", &password).unwrap();
+    later.subscribe("acme/+/state");
+    assert!(later.next_publish(Duration::from_secs(2)).is_none(), "no retained state of a deleted device");
+    let _ = purged_at;
+}
