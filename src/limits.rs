@@ -33,6 +33,10 @@ pub const BATCH_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// A body over `body_bytes_max` is still read and discarded up to this many bytes before the
 /// 413 goes out, so the client sees the answer instead of a reset connection.
 pub const HTTP_DRAIN_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Requests whose body may exceed `[http] body_bytes_max` (file uploads, batches) served at
+/// once; more are answered 503 `busy`. Bounds what their bodies hold: this x
+/// `upload_bytes_max`.
+pub const HTTP_LARGE_BODIES_MAX: usize = 4;
 
 /// Requests waiting for a worker (`[http] queue_depth_max`); beyond it the answer is 503.
 pub const HTTP_QUEUE_DEPTH_MAX_DEFAULT: usize = 256;

@@ -50,6 +50,8 @@ pub struct Shared {
     pub body_read_timeout: Duration,
     pub quota_allowed: u32,
     pub connections_per_address_max: usize,
+    /// Requests with a body over `body_bytes_max` allowed (uploads, batches) in flight at once.
+    pub large_bodies: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
@@ -72,6 +74,7 @@ impl Shared {
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             quota_allowed,
             connections_per_address_max: config.connections_per_address_max,
+            large_bodies: Arc::new(tokio::sync::Semaphore::new(limits::HTTP_LARGE_BODIES_MAX)),
         }
     }
 }
@@ -257,6 +260,17 @@ async fn respond(
         // Too large to be worth reading: answer at once and close.
         return early(ApiError::too_large(limit), true);
     }
+    // What may be larger than the usual body limit is held by few requests at once, from
+    // before it is read until it is answered: memory stays bounded whoever sends them
+    // (credentials are checked only after the body is read).
+    let _large = if limit > shared.body_bytes_max {
+        match Arc::clone(&shared.large_bodies).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => return early(ApiError::busy(), true),
+        }
+    } else {
+        None
+    };
     let read = tokio::time::timeout(shared.body_read_timeout, read_body(body, limit)).await;
     let body = match read {
         Ok(BodyRead::Complete(bytes)) => bytes,

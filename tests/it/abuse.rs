@@ -358,3 +358,47 @@ fn garbage_to_the_mqtt_port_is_dropped_and_others_connect() {
     let _ = m.client.disconnect();
     s.admin_client().get("/contacts").assert_status(200);
 }
+
+/// Bodies that may exceed the usual limit (uploads, batches) are held by few requests at once,
+/// whoever sends them (credentials are checked after the body): more are answered 503 at
+/// once, and once those go, uploads are taken again.
+#[test]
+fn few_large_bodies_at_once() {
+    let s = Service::start("few_large_bodies_at_once");
+    let started: Vec<TcpStream> = (0..4)
+        .map(|i| {
+            let mut stream = connect_from(&format!("127.0.0.{}", 2 + i), s.addr).unwrap();
+            write!(
+                stream,
+                "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=zz\r\n\
+                 Content-Length: 4000000\r\n\r\n--zz\r\n"
+            )
+            .unwrap();
+            stream
+        })
+        .collect();
+    // The fifth, even with credentials, waits for none of them: 503 now.
+    let busy = wait_for("a fifth large body refused", || {
+        let mut stream = connect_from("127.0.0.9", s.addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            stream,
+            "POST /contacts/1/files HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\
+             Content-Type: multipart/form-data; boundary=zz\r\nContent-Length: 8\r\nConnection: close\r\n\r\n--zz--\r\n",
+            basic(&s.admin.email, &s.admin.token)
+        )
+        .unwrap();
+        let r = read_response(&mut stream);
+        (r.status == 503).then_some(r)
+    });
+    assert!(busy.body.contains("busy"), "{}", busy.body);
+    // Small bodies are not held up.
+    s.admin_client().post_json("/contacts", r#"{"firstname": "Small"}"#).assert_status(201);
+    drop(started);
+    wait_for("large bodies taken again", || {
+        let r = s
+            .admin_client()
+            .call(Req::new("POST", "/contacts").body("multipart/form-data; boundary=zz", b"--zz--\r\n".to_vec()));
+        (r.status != 503).then_some(())
+    });
+}
