@@ -118,6 +118,7 @@ impl Broker {
         });
         let register = scx.extends.hook_mgr().register();
         for typ in [
+            Type::ClientConnect,
             Type::ClientAuthenticate,
             Type::ClientSubscribeCheckAcl,
             Type::MessagePublishCheckAcl,
@@ -302,6 +303,48 @@ impl Hooks {
         Some(Principal { org, receiver, unrestricted: self.open_topics })
     }
 
+    /// With as many sessions as the broker may hold, a client new to it would be refused:
+    /// sessions of clients that are gone (persistent ones, kept for their return) count too,
+    /// so a client that connects with ever new client ids and clean session off would lock
+    /// everyone out. The session gone longest is ended instead (its queued messages with it).
+    async fn make_room(&self, id: &rmqtt::types::Id) {
+        let max = isize::try_from(self.sessions_max).unwrap_or(isize::MAX);
+        if self.scx.sessions.count() < max || self.scx.extends.shared().await.exist(&id.client_id) {
+            return;
+        }
+        let mut oldest: Option<(i64, rmqtt::types::Id)> = None;
+        {
+            let shared = self.scx.extends.shared().await;
+            for entry in shared.iter() {
+                let Some(session) = entry.session() else { continue };
+                if session.connected().await.unwrap_or(true) {
+                    continue;
+                }
+                let gone = session.disconnected_at().await.unwrap_or(0);
+                if oldest.as_ref().is_none_or(|(t, _)| gone < *t) {
+                    oldest = Some((gone, entry.id()));
+                }
+            }
+        }
+        let Some((_, gone)) = oldest else { return };
+        let entry = self.scx.extends.shared().await.entry(gone.clone());
+        if let Ok(mut locked) = entry.try_lock().await {
+            let _ = locked.kick(true, true, false).await;
+        }
+        for _ in 0..limits::MQTT_RECONNECT_WAIT_STEPS {
+            if self.scx.sessions.count() < max {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(limits::MQTT_RECONNECT_WAIT_STEP_MS)).await;
+        }
+        log::warn!(
+            "mqtt: {} sessions held (connections_max); the one of {:?}, disconnected longest, ended to let {:?} in",
+            self.sessions_max,
+            gone.client_id,
+            id.client_id
+        );
+    }
+
     async fn authenticate(&self, ci: &rmqtt::types::ConnectInfo) -> AuthResult {
         let username = ci.username().map(|u| u.to_string()).unwrap_or_default();
         let principal = if let Some(cert) = ci.cert() {
@@ -376,6 +419,10 @@ impl Handler for HookHandler {
     async fn hook(&self, param: &Parameter, acc: Option<HookResult>) -> ReturnType {
         let h = &self.0;
         match param {
+            Parameter::ClientConnect(ci) => {
+                h.make_room(ci.id()).await;
+                (true, acc)
+            }
             Parameter::ClientAuthenticate(ci) => {
                 let result = h.authenticate(ci).await;
                 if !matches!(result, AuthResult::Allow(..)) {

@@ -700,3 +700,27 @@ fn a_subscriber_that_stops_reading_holds_up_nobody() {
     assert_eq!(device["device"]["zoneid"], 22, "the engine kept placing the badge: {device}");
     drop(stalled);
 }
+
+/// Sessions of clients that are gone (clean session off) count towards `connections_max`: a
+/// client connecting with ever new client ids must not lock everyone else out. With the
+/// broker full, the session gone longest is ended to let a new client in.
+#[test]
+fn persistent_sessions_of_clients_gone_do_not_lock_others_out() {
+    let config = BASE_CONFIG.replace("[mqtt]\n", "[mqtt]\nconnections_max = 5\n");
+    let s = Service::start_with("persistent_sessions_of_clients_gone", Options { config: &config, env: vec![] });
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    for i in 0..8 {
+        let m = connect_with(mqtt_addr(&s), &format!("sess-{i}"), "intercom", &password, |o| {
+            o.set_clean_session(false);
+        })
+        .unwrap_or_else(|e| panic!("persistent session {i}: {e:?}"));
+        m.subscribe("acme/x/#");
+        let _ = m.client.disconnect();
+        drop(m);
+        // Gone, and known to be gone, before the next one connects.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let fresh = connect(mqtt_addr(&s), "fresh", "intercom", &password).expect("a new client gets in");
+    drop(fresh);
+    assert!(s.stderr().contains("disconnected longest, ended to let"), "{}", s.stderr());
+}
