@@ -381,6 +381,9 @@ pub const MQTT_BRIDGE_INFLIGHT_MAX: u16 = 100;
 pub const MQTT_BRIDGE_BATCH_MAX: usize = 1_000;
 
 /// A reconnecting client waits up to STEPS x STEP_MS for its old session to finish closing.
+/// How often connections to the broker's ports that sent no CONNECT within the handshake
+/// timeout are looked for and closed.
+pub const MQTT_REAP_INTERVAL_MS: u64 = 2_000;
 pub const MQTT_RECONNECT_WAIT_STEPS: u32 = 40;
 pub const MQTT_RECONNECT_WAIT_STEP_MS: u64 = 25;
 

@@ -72,6 +72,8 @@ pub struct BrokerStats {
 pub struct Broker {
     scx: ServerContext,
     server: tokio::task::JoinHandle<()>,
+    /// Closes connections that never send a CONNECT (`super::reaper`).
+    reaper: tokio::task::JoinHandle<()>,
     pub addr: SocketAddr,
     /// The TLS listener's address, and the client-certificate listener's.
     pub tls_addr: Option<SocketAddr>,
@@ -106,6 +108,7 @@ impl Broker {
         *scx.extends.retain_mut().await = Box::new(RetainStore::default());
         *scx.extends.shared_subscription_mut().await = Box::new(SharedRoundRobin::default());
         *scx.extends.fitter_mgr_mut().await = Box::new(KeepAliveCap);
+        let greeted = Arc::new(super::reaper::Greeted::default());
         let hooks = Arc::new(Hooks {
             store,
             open_topics: settings.open_topics,
@@ -115,6 +118,7 @@ impl Broker {
             stats: Arc::clone(&stats),
             ingest,
             throttle,
+            greeted: Arc::clone(&greeted),
         });
         let register = scx.extends.hook_mgr().register();
         for typ in [
@@ -185,7 +189,10 @@ impl Broker {
                 log::error!("MQTT broker stopped: {e}");
             }
         });
-        Ok(Broker { scx, server, addr, tls_addr, client_cert_addr, stats })
+        let ports = [Some(addr), tls_addr, client_cert_addr].into_iter().flatten().map(|a| a.port()).collect();
+        let timeout = Duration::from_millis(settings.handshake_timeout_ms);
+        let reaper = tokio::spawn(super::reaper::run(ports, timeout, greeted));
+        Ok(Broker { scx, server, reaper, addr, tls_addr, client_cert_addr, stats })
     }
 
     pub fn publisher(&self) -> Publisher {
@@ -202,6 +209,7 @@ impl Broker {
 
     /// Stops accepting; open connections end with the runtime.
     pub fn stop(self) {
+        self.reaper.abort();
         self.server.abort();
     }
 }
@@ -241,6 +249,8 @@ struct Hooks {
     ingest: Arc<Ingest>,
     /// Failed logins per client address, shared with the API.
     throttle: Arc<crate::auth::Throttle>,
+    /// Peers that sent a CONNECT (the others are closed after the handshake timeout).
+    greeted: Arc<super::reaper::Greeted>,
 }
 
 struct HookHandler(Arc<Hooks>);
@@ -420,6 +430,9 @@ impl Handler for HookHandler {
         let h = &self.0;
         match param {
             Parameter::ClientConnect(ci) => {
+                if let Some(peer) = ci.id().remote_addr {
+                    h.greeted.insert(peer);
+                }
                 h.make_room(ci.id()).await;
                 (true, acc)
             }

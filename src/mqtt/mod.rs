@@ -8,3 +8,4 @@ pub mod certs;
 pub mod config;
 pub mod feed;
 pub mod ingest;
+pub mod reaper;

@@ -377,6 +377,11 @@ fn few_large_bodies_at_once() {
             stream
         })
         .collect();
+    // All four are being read (the metrics request itself is one more in flight).
+    wait_for("four large bodies in flight", || {
+        let text = s.anonymous().get("/metrics").body;
+        text.lines().any(|l| l.starts_with("sitegate_http_requests_in_flight") && l.ends_with(" 5")).then_some(())
+    });
     // The fifth, even with credentials, waits for none of them: 503 now.
     let busy = wait_for("a fifth large body refused", || {
         let mut stream = connect_from("127.0.0.9", s.addr).unwrap();
@@ -401,4 +406,35 @@ fn few_large_bodies_at_once() {
             .call(Req::new("POST", "/contacts").body("multipart/form-data; boundary=zz", b"--zz--\r\n".to_vec()));
         (r.status != 503).then_some(())
     });
+}
+
+/// Connections to the MQTT port that never send a CONNECT (nothing at all, or a packet's first
+/// byte and no more) are closed after the handshake timeout: they would otherwise hold their
+/// descriptors for good, and enough of them stop the HTTP API from accepting too.
+#[test]
+fn silent_mqtt_connections_are_closed_after_the_handshake_timeout() {
+    let config = BASE_CONFIG.replace("[mqtt]\n", "[mqtt]\nhandshake_timeout_ms = 1000\n");
+    let s = Service::start_with("silent_mqtt_connections_are_closed", Options { config: &config, env: vec![] });
+    let addr = crate::mqtt::mqtt_addr(&s);
+    let password = crate::mqtt::mqtt_user(&s, "acme", "intercom-1", false);
+    let client = crate::mqtt::connect(addr, "intercom-1", "intercom-1", &password).expect("a client connects");
+    assert_eq!(client.subscribe("acme/#"), rumqttc::SubscribeReasonCode::Success(rumqttc::QoS::AtLeastOnce));
+    let mut silent: Vec<TcpStream> = (0..40)
+        .map(|i| {
+            let mut stream = connect_from("127.0.0.3", addr).unwrap();
+            if i % 2 == 1 {
+                stream.write_all(&[0x10]).unwrap(); // a CONNECT's first byte, and no more
+            }
+            stream
+        })
+        .collect();
+    for stream in &mut silent {
+        assert!(closed_within(stream, Duration::from_secs(30)), "a silent connection was kept");
+    }
+    // The client that did connect keeps its connection, however long ago it connected.
+    let publisher = crate::mqtt::connect(addr, "intercom-2", "intercom-1", &password).expect("another client");
+    publisher.publish("acme/intercom/2", "still there?");
+    let got = client.next_publish(Duration::from_secs(10)).expect("the connected client still gets messages");
+    assert_eq!(&got.payload[..], b"still there?");
+    assert!(s.stderr().contains("sent no CONNECT within the handshake timeout"), "{}", s.stderr());
 }
