@@ -216,6 +216,56 @@ impl Senders {
     }
 }
 
+/// Attempts the store could not record (a full disk): kept here and recorded again each poll,
+/// and their hooks get nothing more meanwhile. Without this the deliveries would still be due,
+/// and be sent again at once, over and over, whatever the retry delays.
+#[derive(Default)]
+struct Unrecorded {
+    attempts: Vec<Attempt>,
+    hooks: HashSet<i64>,
+    last_try: Option<Instant>,
+    /// Recording failed since the last success (said once, then at debug level).
+    failing: bool,
+}
+
+impl Unrecorded {
+    /// Records `attempts` (after any still waiting, in order), or keeps them.
+    fn record(&mut self, store: &Store, attempts: &[Attempt]) {
+        if attempts.is_empty() {
+            return;
+        }
+        self.attempts.extend_from_slice(attempts);
+        self.hooks.extend(attempts.iter().map(|a| a.hook_id));
+        if !self.failing {
+            self.retry(store, true);
+        }
+    }
+
+    /// Tries to record what waits (at most once a poll interval unless `now`).
+    fn retry(&mut self, store: &Store, now: bool) {
+        let every = Duration::from_millis(limits::WEBHOOK_POLL_INTERVAL_MS);
+        if self.attempts.is_empty() || (!now && self.last_try.is_some_and(|t| t.elapsed() < every)) {
+            return;
+        }
+        self.last_try = Some(Instant::now());
+        match store.record_attempts(&self.attempts) {
+            Ok(()) => {
+                if self.failing {
+                    log::info!("webhooks: recorded the {} attempts that waited", self.attempts.len());
+                }
+                self.failing = false;
+                self.attempts.clear();
+                self.hooks.clear();
+            }
+            Err(e) if !self.failing => {
+                self.failing = true;
+                log::warn!("webhooks: cannot record attempts; their hooks wait until they are: {e}");
+            }
+            Err(e) => log::debug!("webhooks: still cannot record {} attempts: {e}", self.attempts.len()),
+        }
+    }
+}
+
 fn dispatch(
     store: &Store,
     config: &WebhooksConfig,
@@ -233,27 +283,32 @@ fn dispatch(
     let spacing = Duration::from_millis(limits::WEBHOOK_READ_SPACING_MS);
     let mut last_read = Instant::now();
     let mut stopping = false;
+    let mut unrecorded = Unrecorded::default();
     loop {
         // Record what the senders did, all in one transaction; their hooks are free again.
         let done: Vec<Done> = done_rx.try_iter().collect();
         if !done.is_empty() {
             let attempts: Vec<Attempt> = done.iter().flat_map(|d| d.attempts.iter().cloned()).collect();
-            if let Err(e) = store.record_attempts(&attempts) {
-                log::warn!("webhooks: cannot record {} attempts (they will be sent again): {e}", attempts.len());
-            }
+            unrecorded.record(store, &attempts);
             for d in &done {
                 senders.done(d);
             }
         }
+        unrecorded.retry(store, false);
         if stopping {
             if senders.idle() {
+                unrecorded.retry(store, true);
+                if !unrecorded.attempts.is_empty() {
+                    log::warn!(
+                        "webhooks: {} attempts not recorded at shutdown: those deliveries go again after the restart",
+                        unrecorded.attempts.len()
+                    );
+                }
                 break;
             }
             // Wait for the batches in flight (each sender stops after its current attempt).
             if let Ok(d) = done_rx.recv_timeout(poll) {
-                if let Err(e) = store.record_attempts(&d.attempts) {
-                    log::warn!("webhooks: cannot record attempts at shutdown: {e}");
-                }
+                unrecorded.record(store, &d.attempts);
                 senders.done(&d);
             }
             continue;
@@ -263,7 +318,8 @@ fn dispatch(
         if senders.free() > 0 {
             last_read = Instant::now();
             // Only the hooks a sender takes now are read (their bodies are held until sent).
-            let busy = senders.busy_hooks();
+            let mut busy = senders.busy_hooks();
+            busy.extend(unrecorded.hooks.iter().copied());
             let mut taken: HashMap<i64, bool> = HashMap::new();
             let take = |hook_id: i64, url: &str, tried: bool| {
                 let slow = senders.is_slow(url, tried);
@@ -338,9 +394,7 @@ fn dispatch(
             }
             recv(done_rx) -> done => {
                 if let Ok(d) = done {
-                    if let Err(e) = store.record_attempts(&d.attempts) {
-                        log::warn!("webhooks: cannot record {} attempts: {e}", d.attempts.len());
-                    }
+                    unrecorded.record(store, &d.attempts);
                     senders.done(&d);
                 }
             }

@@ -134,6 +134,14 @@ impl ApiError {
         e
     }
 
+    /// The gateway's disk is full: nothing was written; an operator must make room.
+    pub fn storage_full() -> ApiError {
+        let mut e =
+            ApiError::new(503, "storagefull", "The gateway's storage is full: nothing was written; retry later");
+        e.headers.push(("Retry-After", "30".into()));
+        e
+    }
+
     pub fn unavailable(cause: &str) -> ApiError {
         ApiError::new(503, "unavailable", format!("The database is not usable: {cause}"))
     }
@@ -158,6 +166,7 @@ impl From<StoreError> for ApiError {
             StoreError::Duplicate(m) => ApiError::new(409, "alreadyexists", m),
             StoreError::LimitReached(m) => ApiError::new(409, "limitreached", m),
             StoreError::Busy => ApiError::busy(),
+            StoreError::StorageFull(_) => ApiError::storage_full(),
             StoreError::Internal(m) => ApiError::internal(&m),
         }
     }

@@ -394,7 +394,14 @@ impl App {
             return render_error(format, ApiError::method_not_allowed(&["GET"]), quota);
         }
         let uptime = i64::try_from(self.metrics.uptime_secs()).unwrap_or(i64::MAX);
-        match self.store.ping() {
+        let ping = self.store.ping().and_then(|()| match self.store.full_since() {
+            Some(t) => Err(crate::store::StoreError::StorageFull(format!(
+                "writes fail since {}",
+                crate::timefmt::local_ms(t.saturating_mul(1000), &self.config.site.timezone)
+            ))),
+            None => Ok(()),
+        });
+        match ping {
             Ok(()) => {
                 let (pending, failed, paused) = self.store.delivery_summary().unwrap_or((0, 0, 0));
                 let doc = Out::map()

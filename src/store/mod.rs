@@ -69,6 +69,8 @@ pub enum StoreError {
     LimitReached(String),
     /// Another process held the write lock for longer than the busy timeout.
     Busy,
+    /// The disk is full: nothing was written.
+    StorageFull(String),
     /// The database itself failed (I/O error, corruption, full disk).
     Internal(String),
 }
@@ -85,6 +87,7 @@ impl std::fmt::Display for StoreError {
                 write!(f, "{m}")
             }
             StoreError::Busy => write!(f, "the database is busy"),
+            StoreError::StorageFull(m) => write!(f, "the disk is full: {m}"),
             StoreError::Internal(m) => write!(f, "database error: {m}"),
         }
     }
@@ -96,6 +99,7 @@ impl From<rusqlite::Error> for StoreError {
     fn from(err: rusqlite::Error) -> StoreError {
         match err.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
+            Some(ErrorCode::DiskFull) => StoreError::StorageFull(err.to_string()),
             _ => StoreError::Internal(err.to_string()),
         }
     }
@@ -148,6 +152,9 @@ pub struct Store {
     viewed_dropped: AtomicU64,
     /// Set at service start: changes then write webhook deliveries.
     outbox: std::sync::OnceLock<hooks::Outbox>,
+    /// Unix seconds of the first write that failed for a full disk since the last that
+    /// succeeded; 0 while writes succeed.
+    full_since: std::sync::atomic::AtomicI64,
 }
 
 impl Store {
@@ -185,6 +192,7 @@ impl Store {
             viewed_pending: Mutex::new(foldhash::HashMap::default()),
             viewed_dropped: AtomicU64::new(0),
             outbox: std::sync::OnceLock::new(),
+            full_since: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -286,6 +294,30 @@ impl Store {
     /// Runs `f` as one write on the writer, all or nothing, and returns once it is committed
     /// (group commit: see the module documentation).
     fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let result = self.write_batched(f);
+        match &result {
+            Err(StoreError::StorageFull(m)) => {
+                let now = crate::timefmt::now_secs();
+                if self.full_since.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    log::error!("database: the disk is full; writes fail until there is room ({m})");
+                }
+            }
+            Ok(_) => {
+                if self.full_since.swap(0, Ordering::SeqCst) != 0 {
+                    log::info!("database: writes succeed again");
+                }
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Since when (Unix seconds) writes fail for a full disk, if they do.
+    pub fn full_since(&self) -> Option<i64> {
+        Some(self.full_since.load(Ordering::SeqCst)).filter(|t| *t != 0)
+    }
+
+    fn write_batched<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let mut w = self.lock_writer();
         let batch = match &w.open {
             Some(b) => b.id,

@@ -386,3 +386,89 @@ fn logs_for_the_journal_carry_priorities() {
     });
     assert!(line.contains("Z INFO sitegate::service: "), "{line}");
 }
+
+/// The data folder on a small file system of its own (tmpfs, in a private mount namespace of
+/// the service: `unshare`), with a filler file the service's shell removes when `free` appears.
+/// None where this system does not allow it.
+fn start_on_a_small_disk(name: &str, config: &str) -> Option<Service> {
+    let dir = test_dir(name);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let config_path = dir.join("config.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let script = r#"mount -t tmpfs -o size=4m tmpfs "$1/data" || exit 99
+dd if=/dev/zero of="$1/data/filler" bs=1024 count=2600 2>/dev/null
+(while [ ! -e "$1/free" ]; do sleep 0.2; done; rm -f "$1/data/filler") &
+exec "$2" serve --config "$1/config.toml""#;
+    let bin = env!("CARGO_BIN_EXE_sitegate");
+    for flags in ["-Urm", "-m"] {
+        let probe = std::process::Command::new("unshare").args([flags, "true"]).status();
+        if !probe.is_ok_and(|s| s.success()) {
+            continue;
+        }
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([flags, "sh", "-c", script, "sh"]).arg(&dir).arg(bin);
+        return Some(Service::launch_command(dir, config_path, cmd));
+    }
+    eprintln!("{name}: this system allows no private mount namespace (unshare); not run");
+    None
+}
+
+/// A full disk: writes answer 503 `storagefull` and change nothing, `/health` says so, reads
+/// go on, webhook deliveries are not sent again and again while their attempts cannot be
+/// recorded, and once there is room everything works again without a restart.
+#[test]
+fn a_full_disk_refuses_writes_clearly_and_recovers() {
+    let config = format!("{BASE_CONFIG}\n[webhooks]\nretry_delays_s = [1, 1, 1, 1]\n");
+    let Some(s) = start_on_a_small_disk("a_full_disk_refuses_writes_clearly_and_recovers", &config) else { return };
+    let c = s.admin_client();
+    let rx = crate::support::Receiver::start();
+    let hook = format!(
+        r#"{{"title": "t", "event": "items.create", "constrainttype": "all", "url": "{}", "contenttype": "json", "secret": "k"}}"#,
+        rx.url("/in")
+    );
+    c.post_json("/hooks", &hook).assert_status(201);
+    rx.take_down();
+    let background = "x".repeat(60_000);
+    let mut created = Vec::new();
+    let full = (0..200)
+        .find_map(|i| {
+            let r = c.post_json("/contacts", &format!(r#"{{"firstname": "F{i}", "background": "{background}"}}"#));
+            match r.status {
+                201 => {
+                    created.push(r.json()["item"]["id"].as_i64().unwrap());
+                    None
+                }
+                _ => Some(r),
+            }
+        })
+        .expect("the disk fills up");
+    assert_eq!(full.status, 503, "{}", full.body);
+    assert!(full.body.contains("storagefull"), "{}", full.body);
+    assert_eq!(full.header("Retry-After"), Some("30"));
+    assert!(!created.is_empty());
+    let health = s.anonymous().get_json("/health");
+    assert_eq!(health.status, 503, "{}", health.body);
+    assert!(health.body.contains("disk is full"), "{}", health.body);
+    c.get_json(&format!("/contacts/{}", created[0])).assert_status(200);
+
+    // The receiver is back while attempts cannot be recorded: nothing goes out twice.
+    rx.bring_up();
+    std::thread::sleep(Duration::from_secs(6));
+    let twice = |got: &[crate::support::Received]| {
+        let mut ids: Vec<&str> = got.iter().map(|r| r.header("X-Sitegate-Delivery").unwrap()).collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        n - ids.len()
+    };
+    assert_eq!(twice(&rx.received()), 0, "a delivery sent again while the disk was full");
+
+    // Room again: writes work, health is ok, every creation is delivered, once.
+    std::fs::write(s.dir.join("free"), "").unwrap();
+    wait_for("health ok again", || (s.anonymous().get_json("/health").status == 200).then_some(()));
+    c.post_json("/contacts", r#"{"firstname": "After"}"#).assert_status(201);
+    let got = rx.wait_accepted(created.len() + 1);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(twice(&rx.received()), 0, "a delivery sent twice: {} received", got.len());
+    assert!(s.stderr().contains("the disk is full"), "{}", s.stderr());
+}

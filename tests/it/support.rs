@@ -138,13 +138,19 @@ impl Service {
 
     /// Starts the binary on an existing directory and configuration (a restart).
     pub fn launch(dir: PathBuf, config: PathBuf, env: &[(&str, &str)]) -> Service {
-        let fresh = !dir.join("data").join("sitegate.db").exists();
         let mut cmd = sitegate();
-        cmd.arg("serve").arg("--config").arg(&config).current_dir(&dir);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        cmd.arg("serve").arg("--config").arg(&config);
         for (k, v) in env {
             cmd.env(k, v);
         }
+        Service::launch_command(dir, config, cmd)
+    }
+
+    /// Starts `cmd`, which runs `sitegate serve` on `dir` and `config` (in a wrapper).
+    pub fn launch_command(dir: PathBuf, config: PathBuf, mut cmd: Command) -> Service {
+        let fresh = !dir.join("data").join("sitegate.db").exists();
+        cmd.current_dir(&dir);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
         let mut child = cmd.spawn().expect("spawn sitegate");
         let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");
