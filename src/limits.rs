@@ -66,6 +66,9 @@ const _: () = assert!(HTTP_HEAD_BYTES_MAX >= 8192);
 
 /// How long shutdown waits for requests in flight before closing their connections.
 pub const HTTP_SHUTDOWN_GRACE_MS: u64 = 10_000;
+/// At shutdown, how long webhook senders may take to finish the delivery they are sending (a
+/// slow receiver); then they are left, and what they sent goes again after the restart.
+pub const WEBHOOK_SHUTDOWN_WAIT_MS: u64 = 5_000;
 
 // --- Runtime -------------------------------------------------------------------------------
 

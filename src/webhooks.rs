@@ -114,9 +114,12 @@ impl Deliverer {
         }
         drop(done_tx);
         let dispatcher = std::thread::Builder::new().name("webhook-dispatch".into()).spawn(move || {
-            dispatch(&store, &config, &metrics, &wake_rx, &stop_rx, job_tx, &done_rx);
-            for s in senders {
-                let _ = s.join();
+            // Senders still waiting for a receiver at the end are left behind (the process
+            // ends; their deliveries go again after the restart).
+            if dispatch(&store, &config, &metrics, &wake_rx, &stop_rx, job_tx, &done_rx) {
+                for s in senders {
+                    let _ = s.join();
+                }
             }
         })?;
         Ok(Deliverer { wake_tx, stop_tx, stopping, dispatcher })
@@ -274,8 +277,9 @@ fn dispatch(
     stop_rx: &crossbeam_channel::Receiver<()>,
     job_tx: crossbeam_channel::Sender<Vec<Outgoing>>,
     done_rx: &crossbeam_channel::Receiver<Done>,
-) {
+) -> bool {
     let mut senders = Senders::new(config.workers);
+    let mut stopping_since: Option<Instant> = None;
     let mut last_purge: Option<Instant> = None;
     let mut purged = 0usize;
     let mut last_summary: Option<Instant> = None;
@@ -296,6 +300,15 @@ fn dispatch(
         }
         unrecorded.retry(store, false);
         if stopping {
+            let since = *stopping_since.get_or_insert_with(Instant::now);
+            if !senders.idle() && since.elapsed() >= Duration::from_millis(limits::WEBHOOK_SHUTDOWN_WAIT_MS) {
+                unrecorded.retry(store, true);
+                log::warn!(
+                    "webhooks: {} deliveries still in flight at shutdown are left: they go again after the restart",
+                    senders.busy.len()
+                );
+                return false;
+            }
             if senders.idle() {
                 unrecorded.retry(store, true);
                 if !unrecorded.attempts.is_empty() {
@@ -338,7 +351,7 @@ fn dispatch(
                         let (hook_id, url) = (first.hook_id, first.url.clone());
                         senders.take(hook_id, &url, taken.get(&hook_id).copied().unwrap_or(false));
                         if job_tx.send(batch).is_err() {
-                            return;
+                            return true; // no sender left
                         }
                     }
                 }
@@ -403,6 +416,7 @@ fn dispatch(
     }
     // No new jobs; the senders end when the job channel closes.
     drop(job_tx);
+    true
 }
 
 /// Makes the calling thread yield the CPU to the rest of the service: sending is background

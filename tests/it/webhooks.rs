@@ -735,3 +735,27 @@ fn a_long_batch_is_recorded_as_it_goes() {
     }
     let _ = s.client(&admin);
 }
+
+/// A receiver that takes its time does not hold up a shutdown (systemd stops waiting after
+/// 30 s): the delivery in flight is left, and sent again after the restart.
+#[test]
+fn a_slow_receiver_does_not_hold_up_shutdown() {
+    let config = format!("{}timeout_ms = 600000\n", config());
+    let s = Service::start_with("a_slow_receiver_does_not_hold_up_shutdown", Options { config: &config, env: vec![] });
+    let rx = Receiver::start();
+    rx.stall(true);
+    let c = s.admin_client();
+    hook(&c, "items.create", "all", &rx.url("/in"), "json", "k");
+    c.create("contacts", r#"{"firstname": "Slow"}"#);
+    wait_for("the delivery on the wire", || (!rx.received().is_empty()).then_some(()));
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    assert_eq!(s.terminate(), Some(0));
+    // It ended within `terminate`'s deadline (60 s), the receiver still holding the request
+    // (the timeout is 600 s).
+    assert!(rx.accepted().is_empty());
+    rx.stall(false);
+    let s = Service::launch(dir, cfg, &[]);
+    let got = rx.wait_accepted(1);
+    assert_eq!(got[0].header("X-Sitegate-Delivery"), rx.received()[0].header("X-Sitegate-Delivery"));
+    assert!(!s.stderr().contains("panicked"));
+}
