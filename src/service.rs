@@ -55,6 +55,13 @@ pub struct InstanceLock {
 
 impl InstanceLock {
     pub fn acquire(db: &Path) -> Result<InstanceLock, ServeError> {
+        // The same database under another name (a symbolic link to it, or to its folder)
+        // takes the same lock.
+        let real = std::fs::canonicalize(db).ok().or_else(|| {
+            let dir = db.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            Some(std::fs::canonicalize(dir).ok()?.join(db.file_name()?))
+        });
+        let db = real.as_deref().unwrap_or(db);
         let mut name = db.as_os_str().to_owned();
         name.push(".lock");
         let path = PathBuf::from(name);

@@ -140,6 +140,19 @@ fn one_service_per_database() {
     let out = s.cli(&["restore", "--from", "/dev/null"]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("stop it before restoring"));
+    // The same database through a symbolic link (to the file, or to its folder) is the same.
+    let other = s.dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::os::unix::fs::symlink(s.dir.join("data/sitegate.db"), other.join("linked.db")).unwrap();
+    std::os::unix::fs::symlink(s.dir.join("data"), other.join("data-link")).unwrap();
+    for path in ["linked.db", "data-link/sitegate.db"] {
+        let config = other.join(format!("{}.toml", path.replace('/', "-")));
+        let text = BASE_CONFIG.replace("path = \"data/sitegate.db\"", &format!("path = \"{path}\""));
+        std::fs::write(&config, text).unwrap();
+        let out = crate::support::cli_with_config(&config, &["serve"]);
+        assert_eq!(out.status.code(), Some(1), "{path}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("another sitegate serves this database"));
+    }
     s.admin_client().get("/contacts").assert_status(200);
 }
 
