@@ -167,6 +167,7 @@ impl From<StoreError> for ApiError {
             StoreError::LimitReached(m) => ApiError::new(409, "limitreached", m),
             StoreError::Busy => ApiError::busy(),
             StoreError::StorageFull(_) => ApiError::storage_full(),
+            StoreError::Moved(m) => ApiError::unavailable(&m),
             StoreError::Internal(m) => ApiError::internal(&m),
         }
     }

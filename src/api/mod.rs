@@ -394,7 +394,11 @@ impl App {
             return render_error(format, ApiError::method_not_allowed(&["GET"]), quota);
         }
         let uptime = i64::try_from(self.metrics.uptime_secs()).unwrap_or(i64::MAX);
-        let ping = self.store.ping().and_then(|()| match self.store.full_since() {
+        let ping = self.store.ping().and_then(|()| match self.store.moved() {
+            Some(why) => Err(crate::store::StoreError::Moved(why)),
+            None => Ok(()),
+        });
+        let ping = ping.and_then(|()| match self.store.full_since() {
             Some(t) => Err(crate::store::StoreError::StorageFull(format!(
                 "writes fail since {}",
                 crate::timefmt::local_ms(t.saturating_mul(1000), &self.config.site.timezone)

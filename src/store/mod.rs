@@ -29,7 +29,7 @@ mod schema;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -71,6 +71,9 @@ pub enum StoreError {
     Busy,
     /// The disk is full: nothing was written.
     StorageFull(String),
+    /// The database's path no longer names the open database file (its folder was removed or
+    /// renamed): nothing is written, since after a restart it would be gone.
+    Moved(String),
     /// The database itself failed (I/O error, corruption, full disk).
     Internal(String),
 }
@@ -88,6 +91,7 @@ impl std::fmt::Display for StoreError {
             }
             StoreError::Busy => write!(f, "the database is busy"),
             StoreError::StorageFull(m) => write!(f, "the disk is full: {m}"),
+            StoreError::Moved(m) => write!(f, "{m}"),
             StoreError::Internal(m) => write!(f, "database error: {m}"),
         }
     }
@@ -155,6 +159,10 @@ pub struct Store {
     /// Unix seconds of the first write that failed for a full disk since the last that
     /// succeeded; 0 while writes succeed.
     full_since: std::sync::atomic::AtomicI64,
+    /// The database file's device and inode when opened (see [`Store::moved`]).
+    file_id: Option<(u64, u64)>,
+    /// The move was logged (once, and once more when it is back).
+    moved_said: AtomicBool,
 }
 
 impl Store {
@@ -179,7 +187,13 @@ impl Store {
         };
         configure(&writer, true).map_err(named)?;
         migrate(&writer, path, schema::MIGRATIONS).map_err(named)?;
+        let file_id = std::fs::metadata(path).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
         Ok(Store {
+            file_id,
+            moved_said: AtomicBool::new(false),
             path: path.to_path_buf(),
             writer: Mutex::new(Writer { conn: writer, open: None, next_batch: 1 }),
             writers_waiting: AtomicUsize::new(0),
@@ -293,7 +307,33 @@ impl Store {
 
     /// Runs `f` as one write on the writer, all or nothing, and returns once it is committed
     /// (group commit: see the module documentation).
+    /// Why the database's path no longer names the open file, if it does not: it (or its
+    /// folder) was deleted or renamed while the service runs. Writes would then go where a
+    /// restart no longer looks, so they are refused until it is back.
+    pub fn moved(&self) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let (dev, ino) = self.file_id?;
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == (dev, ino) => None,
+            Ok(_) => Some(format!("{} is no longer the database file this service opened", self.path.display())),
+            Err(e) => Some(format!("the database file {} is gone ({e})", self.path.display())),
+        }
+    }
+
     fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        match self.moved() {
+            Some(why) => {
+                if !self.moved_said.swap(true, Ordering::SeqCst) {
+                    log::error!("database: {why}: writes are refused until it is back (then restart the service)");
+                }
+                return Err(StoreError::Moved(why));
+            }
+            None => {
+                if self.moved_said.swap(false, Ordering::SeqCst) {
+                    log::info!("database: {} is in place again; writes go on", self.path.display());
+                }
+            }
+        }
         let result = self.write_batched(f);
         match &result {
             Err(StoreError::StorageFull(m)) => {

@@ -485,3 +485,25 @@ fn a_full_disk_refuses_writes_clearly_and_recovers() {
     assert_eq!(twice(&rx.received()), 0, "a delivery sent twice: {} received", got.len());
     assert!(s.stderr().contains("the disk is full"), "{}", s.stderr());
 }
+
+/// The data folder renamed (or removed) under a running service: writes are refused (they
+/// would go where a restart no longer looks), `/health` says why, reads go on; back in place,
+/// writes go on.
+#[test]
+fn writes_stop_while_the_database_file_is_not_where_it_was() {
+    let s = Service::start("writes_stop_while_the_database_file_is_not_where_it_was");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Before"}"#);
+    std::fs::rename(s.dir.join("data"), s.dir.join("data.moved")).unwrap();
+    let r = c.post_json("/contacts", r#"{"firstname": "Lost"}"#);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("unavailable") && r.body.contains("sitegate.db"), "{}", r.body);
+    let health = s.anonymous().get_json("/health");
+    assert_eq!(health.status, 503, "{}", health.body);
+    c.get_json(&format!("/contacts/{id}")).assert_status(200);
+    std::fs::rename(s.dir.join("data.moved"), s.dir.join("data")).unwrap();
+    c.create("contacts", r#"{"firstname": "After"}"#);
+    assert_eq!(s.anonymous().get_json("/health").status, 200);
+    assert_eq!(c.list_ids("/contacts").len(), 2, "Before and After, not Lost");
+    assert!(s.stderr().contains("no longer") || s.stderr().contains("is gone"), "{}", s.stderr());
+}
