@@ -460,8 +460,8 @@ fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
         cli::DeviceCommand::Add(a) => {
             let (config, store) = open_admin(a.config.as_deref())?;
             let org = org_of(&config, a.org.as_deref())?;
-            check_address(&a.address).map_err(Failure::Usage)?;
-            let deviceid = a.deviceid.unwrap_or_else(|| default_deviceid(&a.address));
+            let address = check_address(&a.address).map_err(Failure::Usage)?;
+            let deviceid = a.deviceid.unwrap_or_else(|| default_deviceid(&address));
             check_deviceid(&deviceid).map_err(Failure::Usage)?;
             let beacon = location::beacon::BeaconId::parse(&a.beacon).ok_or_else(|| {
                 Failure::Usage(format!(
@@ -475,7 +475,7 @@ fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
                 return Err(Failure::Usage(format!("{t} is not a tag type of the site map")));
             }
             let device = Device {
-                deviceaddress: a.address,
+                deviceaddress: address,
                 deviceid,
                 label: a.label,
                 tagtype: a.tagtype,

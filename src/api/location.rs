@@ -100,7 +100,7 @@ fn device_input(body: &Value, base: Option<&Device>, site: &Site) -> Result<Devi
             .map(|b| b.deviceaddress.clone())
             .ok_or_else(|| ApiError::invalid_value("deviceaddress", "is required"))?,
     };
-    check_address(&deviceaddress).map_err(|e| ApiError::invalid_value("deviceaddress", e))?;
+    let deviceaddress = check_address(&deviceaddress).map_err(|e| ApiError::invalid_value("deviceaddress", e))?;
     let deviceid = match text("deviceid")?.filter(|s| !s.is_empty()) {
         Some(id) => id,
         None => match base {
@@ -126,7 +126,9 @@ fn device_input(body: &Value, base: Option<&Device>, site: &Site) -> Result<Devi
         }
     };
     let tagtype = int_or_clear("tagtype", base.and_then(|b| b.tagtype))?;
+    // Checked when given: a tag type the site map dropped since does not block other changes.
     if let Some(t) = tagtype
+        && tagtype != base.and_then(|b| b.tagtype)
         && site.tag_type(t).is_none()
     {
         let known: Vec<String> = site.tag_types.iter().map(|t| t.id.to_string()).collect();
@@ -272,7 +274,7 @@ pub fn locate(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     }
     let within = minutes(&p, "lastreportedwithin")?;
     let history = minutes(&p, "historyminutes")?;
-    let relative = p.nonempty("relativedeviceaddress")?;
+    let relative = p.nonempty("relativedeviceaddress")?.map(|a| crate::location::devices::lookup_address(&a));
     let site = site(ctx).site;
     let devices = devices_seen_by(ctx)?;
     let now = now_ms();
@@ -465,7 +467,7 @@ fn time_query(ctx: &Ctx<'_>) -> Result<TimeQuery, ApiError> {
         tagtype: p.int("type")?,
         min: p.int("min")?,
         max: p.int("max")?,
-        deviceaddress: p.nonempty("deviceaddress")?,
+        deviceaddress: p.nonempty("deviceaddress")?.map(|a| crate::location::devices::lookup_address(&a)),
         zone: p.int("zoneid")?,
         zones,
         detailed: p.flag("detailed")?.unwrap_or(false),

@@ -19,12 +19,24 @@ pub struct Device {
 }
 
 /// `a/b/c` with three non-negative integers.
-pub fn check_address(s: &str) -> Result<(), String> {
+pub fn check_address(s: &str) -> Result<String, String> {
     let parts: Vec<&str> = s.split('/').collect();
-    let ok = parts.len() == 3
-        && parts.iter().all(|p| !p.is_empty() && p.len() <= 10 && p.bytes().all(|b| b.is_ascii_digit()))
-        && parts.iter().all(|p| p.parse::<u32>().is_ok());
-    if ok { Ok(()) } else { Err(format!("{s:?} is not three integers a/b/c")) }
+    let numbers: Vec<u32> = parts
+        .iter()
+        .filter(|p| !p.is_empty() && p.len() <= 10 && p.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    match (parts.len(), numbers.as_slice()) {
+        // Written the one way (`05/1/22` is `5/1/22`), so that an address names one device.
+        (3, [a, b, c]) => Ok(format!("{a}/{b}/{c}")),
+        _ => Err(format!("{s:?} is not three integers a/b/c")),
+    }
+}
+
+/// An address as given in a query: its canonical form when it is one, else as given (it then
+/// names no device).
+pub fn lookup_address(s: &str) -> String {
+    check_address(s).unwrap_or_else(|_| s.to_string())
 }
 
 /// Topic-safe: 1 to 64 printable ASCII characters without `/`, `+`, `#` or spaces.
@@ -47,6 +59,10 @@ pub fn read_csv(input: impl std::io::Read) -> Result<Vec<Device>, String> {
     let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(input);
     let headers = reader.headers().map_err(|e| format!("the header line: {e}"))?.clone();
     let column = |name: &str| headers.iter().position(|h| h == name);
+    const COLUMNS: [&str; 6] = ["deviceaddress", "deviceid", "label", "tagtype", "beacon", "contactid"];
+    if let Some(unknown) = headers.iter().find(|h| !COLUMNS.contains(h)) {
+        return Err(format!("the header line: unknown column {unknown:?} (columns: {})", COLUMNS.join(",")));
+    }
     let (Some(address), Some(beacon)) = (column("deviceaddress"), column("beacon")) else {
         return Err("the header line must name at least deviceaddress and beacon".into());
     };
@@ -60,8 +76,8 @@ pub fn read_csv(input: impl std::io::Read) -> Result<Vec<Device>, String> {
             return Err(format!("line {line}: more than {} devices", limits::LOCATION_DEVICES_MAX));
         }
         let field = |c: Option<usize>| c.and_then(|c| record.get(c)).unwrap_or("").to_string();
-        let deviceaddress = field(Some(address));
-        check_address(&deviceaddress).map_err(|e| format!("line {line}: deviceaddress {e}"))?;
+        let deviceaddress =
+            check_address(&field(Some(address))).map_err(|e| format!("line {line}: deviceaddress {e}"))?;
         let id = field(deviceid);
         let id = if id.is_empty() { default_deviceid(&deviceaddress) } else { id };
         check_deviceid(&id).map_err(|e| format!("line {line}: deviceid {e}"))?;
@@ -212,6 +228,10 @@ mod tests {
             ("deviceaddress,beacon\n5/1/2,mac:zz\n", "line 2: beacon"),
             ("deviceaddress,deviceid,beacon\n5/1/2,a/b,mac:AA:BB:CC:DD:EE:01\n", "line 2: deviceid"),
             ("label,beacon\nx,mac:AA:BB:CC:DD:EE:01\n", "the header line"),
+            (
+                "deviceaddress,beacon,contact_id\n5/1/2,mac:AA:BB:CC:DD:EE:01,1\n",
+                "the header line: unknown column \"contact_id\"",
+            ),
         ] {
             let err = read_csv(bad.as_bytes()).unwrap_err();
             assert!(err.starts_with(why), "{err}");

@@ -105,6 +105,14 @@ fn devices_through_the_api() {
     let v = s.client(&other).get_json("/devices").json();
     assert_eq!(v["count"], 0);
     s.client(&other).get_json("/devices/1").assert_status(404);
+
+    // An address is three integers, written one way: `05/1/22` is 5/1/22, taken already.
+    let r = c.post_json("/devices", r#"{"deviceaddress": "05/1/22", "beacon": "mac:AA:BB:CC:DD:EE:05"}"#);
+    assert_eq!(r.status, 409, "{}", r.body);
+    let r = c.post_json("/devices", r#"{"deviceaddress": "007/01/2", "beacon": "mac:AA:BB:CC:DD:EE:07"}"#);
+    assert_eq!(r.json()["device"]["deviceaddress"], "7/1/2", "{}", r.body);
+    let v = c.post_json("/report/timebydevice", r#"{"deviceaddress": "5/01/22"}"#).json();
+    assert_eq!(v["timebydevice"]["contactid"], ann, "{v}");
 }
 
 #[test]
@@ -128,6 +136,11 @@ fn devices_from_the_command_line() {
     .unwrap();
     let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    // A column the import does not know is refused, not ignored.
+    std::fs::write(&csv, "deviceaddress,beacon,contact_id\n8/1/1,mac:AA:BB:CC:DD:EE:81,1\n").unwrap();
+    let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(65), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown column \"contact_id\""));
     std::fs::write(&csv, "deviceaddress,beacon\n8/1/1,mac:zz\n").unwrap();
     let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(65));
@@ -253,6 +266,14 @@ fn sighup_reloads_the_site_map() {
     assert!(warning.contains("http.workers, location.receiver_silent_s changed"), "{warning}");
     // Connections and data are untouched.
     assert_eq!(c.get_json("/devices").json()["count"], 1);
+    // A device whose tag type the map no longer has can still be changed otherwise.
+    let without = config.replace("Staff badge", "Employee badge").replace("id = 1\ntitle", "id = 7\ntitle");
+    assert_ne!(without, config.replace("Staff badge", "Employee badge"));
+    std::fs::write(&s.config, without).unwrap();
+    hup(&s);
+    wait_for("tag type 1 gone", || title(&c).is_empty().then_some(()));
+    c.put_json("/devices/1", r#"{"label": "Renamed"}"#).assert_status(200);
+    assert_eq!(c.put_json("/devices/1", r#"{"tagtype": 3}"#).status, 400);
 }
 
 #[test]
