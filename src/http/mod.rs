@@ -296,8 +296,9 @@ async fn respond(
     }
 
     // The request's headers move to the worker (cloning them was a tenth of the HTTP path).
+    // HEAD is answered as GET; hyper leaves the body out and keeps its Content-Length.
     let request = api::Request {
-        method: parts.method.clone(),
+        method: if parts.method == http::Method::HEAD { http::Method::GET } else { parts.method.clone() },
         path: parts.uri.path().to_string(),
         query: query.clone(),
         headers: std::mem::take(&mut parts.headers),

@@ -333,3 +333,30 @@ fn the_api_description_is_served_without_credentials() {
     }
     s.anonymous().call(Req::new("POST", "/openapi.json")).assert_status(405);
 }
+
+/// HEAD is answered as GET without the body (RFC 9110: every general-purpose server supports
+/// GET and HEAD): the same status and Content-Length, then the next answer on the connection.
+#[test]
+fn head_answers_as_get_without_the_body() {
+    let s = Service::start("head_answers_as_get_without_the_body");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    let get = c.get(&format!("/contacts/{id}"));
+    let auth = basic(&s.admin.email, &s.admin.token);
+    let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(
+        stream,
+        "HEAD /contacts/{id} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\r\n\
+         GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let length = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap();
+    assert_eq!(length, get.body.len().to_string(), "{head}");
+    assert!(rest.starts_with("HTTP/1.1 200"), "no body after the HEAD answer: {rest:?}");
+    assert!(rest.contains("<health>ok</health>"), "{rest}");
+}
