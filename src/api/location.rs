@@ -192,7 +192,8 @@ pub fn device_delete(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
 // ---------------------------------------------------------------------------------------------
 // Locate
 
-/// The place of a zone: area, building, floor, zone (empty where unknown).
+/// The place of a zone: area, building, floor, zone (empty where unknown; a zone the site
+/// map no longer has keeps its id, as in exports and reports).
 fn place(site: &Site, zone_id: Option<i64>, out: Out) -> Out {
     let zone = zone_id.and_then(|z| site.zone(z)).map(|z| &site.zones[z]);
     let floor = zone.map(|z| &site.floors[z.floor]);
@@ -205,7 +206,7 @@ fn place(site: &Site, zone_id: Option<i64>, out: Out) -> Out {
         .with("floorid", opt_int(floor.map(|f| f.id)))
         .with("floorlabel", Out::text(floor.map(|f| f.label.clone()).unwrap_or_default()))
         .with("floorlevel", opt_int(floor.map(|f| f.level)))
-        .with("zoneid", opt_int(zone.map(|z| z.id)))
+        .with("zoneid", opt_int(zone.map(|z| z.id).or(zone_id)))
         .with("zonename", Out::text(zone.map(|z| z.name.clone()).unwrap_or_default()))
 }
 
