@@ -149,6 +149,9 @@ fn init_logging(level: log::LevelFilter) {
     // info would flood the journal; sitegate logs what an operator acts on itself.
     builder.filter_module("rmqtt", level.min(log::LevelFilter::Warn));
     builder.filter_module("rmqtt_net", level.min(log::LevelFilter::Warn));
+    // A session's refused subscriptions (too many, a bad filter) are the client's mistakes,
+    // answered in its SUBACK: one line each would let one packet write thousands.
+    builder.filter_module("rmqtt::session", level.min(log::LevelFilter::Error));
     // Under systemd the journal stamps each line and reads its priority from a `<N>` prefix
     // (sd-daemon(3)); on a terminal, lines carry their UTC time and level.
     let journal = systemd::logging_to_journal();

@@ -724,3 +724,27 @@ fn persistent_sessions_of_clients_gone_do_not_lock_others_out() {
     drop(fresh);
     assert!(s.stderr().contains("disconnected longest, ended to let"), "{}", s.stderr());
 }
+
+/// Subscriptions refused in a SUBACK (beyond the 100 a client may hold) are the client's
+/// business: they do not write a log line each, which one packet could make thousands of.
+#[test]
+fn refused_subscriptions_do_not_flood_the_log() {
+    let s = Service::start("refused_subscriptions_do_not_flood_the_log");
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    let m = connect(mqtt_addr(&s), "many-filters", "intercom", &password).unwrap();
+    let filters: Vec<rumqttc::SubscribeFilter> =
+        (0..600).map(|i| rumqttc::SubscribeFilter::new(format!("acme/f/{i}"), QoS::AtMostOnce)).collect();
+    m.client.subscribe_many(filters).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let codes = loop {
+        match m.events.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(Packet::SubAck(ack)) => break ack.return_codes,
+            Ok(_) => {}
+            Err(_) => panic!("no SUBACK"),
+        }
+    };
+    assert_eq!(codes.iter().filter(|c| matches!(c, SubscribeReasonCode::Success(_))).count(), 100);
+    assert_eq!(codes.len(), 600);
+    let lines = s.stderr().lines().count();
+    assert!(lines < 50, "{lines} log lines:\n{}", s.stderr());
+}
