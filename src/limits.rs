@@ -324,6 +324,8 @@ pub const MQTT_CLIENT_ID_BYTES_MAX: usize = 128;
 /// Retained messages the broker keeps (device states and clients' own); a new retained topic
 /// beyond it is not kept (logged).
 pub const MQTT_RETAINED_MAX: usize = 100_000;
+/// Payload bytes of all retained messages together; a retained message beyond is not kept.
+pub const MQTT_RETAINED_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Feed messages waiting between the engine and the broker; when full the engine does not
 /// wait: the message is dropped and counted.

@@ -529,6 +529,22 @@ impl Handler for HookHandler {
 #[derive(Default)]
 struct RetainStore {
     inner: DefaultRetainStorage,
+    /// The payload bytes of each retained topic, and their sum: bounded by
+    /// `MQTT_RETAINED_BYTES_MAX` as their number is by `MQTT_RETAINED_MAX`. (A message that
+    /// expires by its own expiry interval is still counted until its topic is set again.)
+    sizes: Mutex<(HashMap<String, usize>, usize)>,
+    /// When a refusal was last logged (one line a minute at most).
+    refused_said: Mutex<Option<std::time::Instant>>,
+}
+
+impl RetainStore {
+    fn say_refused(&self, why: std::fmt::Arguments<'_>) {
+        let mut said = self.refused_said.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            *said = Some(std::time::Instant::now());
+            log::warn!("mqtt: {why}");
+        }
+    }
 }
 
 #[async_trait]
@@ -545,14 +561,34 @@ impl RetainStorage for RetainStore {
             .and_then(|p| p.message_expiry_interval)
             .map(|s| Duration::from_secs(u64::from(s.get())));
         let count = usize::try_from(self.inner.count().await).unwrap_or(0);
-        if count >= limits::MQTT_RETAINED_MAX && !retain.publish.payload.is_empty() {
+        let size = retain.publish.payload.len();
+        if count >= limits::MQTT_RETAINED_MAX && size > 0 {
             let filter = TopicFilter::from(topic.to_string());
             if self.inner.get_message(&filter).await.map(|v| v.is_empty()).unwrap_or(true) {
-                log::warn!(
-                    "mqtt: {} retained messages kept already; {topic:?} is not retained",
+                self.say_refused(format_args!(
+                    "{} retained messages kept already; {topic:?} (and others) not retained",
                     limits::MQTT_RETAINED_MAX
-                );
+                ));
                 return Ok(());
+            }
+        }
+        {
+            let mut sizes = self.sizes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (map, total) = &mut *sizes;
+            let old = map.get(&**topic).copied().unwrap_or(0);
+            if size > old && *total - old + size > limits::MQTT_RETAINED_BYTES_MAX {
+                drop(sizes);
+                self.say_refused(format_args!(
+                    "retained messages hold {} bytes already; {topic:?} (and others) not retained",
+                    limits::MQTT_RETAINED_BYTES_MAX
+                ));
+                return Ok(());
+            }
+            *total = *total - old + size;
+            if size == 0 {
+                map.remove(&**topic);
+            } else {
+                map.insert(topic.to_string(), size);
             }
         }
         self.inner.set_with_timeout(topic, retain, own_expiry).await

@@ -748,3 +748,39 @@ fn refused_subscriptions_do_not_flood_the_log() {
     let lines = s.stderr().lines().count();
     assert!(lines < 50, "{lines} log lines:\n{}", s.stderr());
 }
+
+/// Retained messages are bounded in bytes as well as in number: a client publishing large
+/// retained messages on ever new topics fills at most 64 MiB; a cleared one makes room.
+#[test]
+fn retained_messages_are_bounded_in_bytes() {
+    let s = Service::start("retained_messages_are_bounded_in_bytes");
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    let publisher = connect(mqtt_addr(&s), "big-retainer", "intercom", &password).unwrap();
+    let payload = vec![b'r'; 250_000];
+    for i in 0..300 {
+        publisher.client.publish(format!("acme/ret/{i}"), QoS::AtLeastOnce, true, payload.clone()).unwrap();
+    }
+    // The last one has been handled once the broker answers a later message.
+    let check = connect(mqtt_addr(&s), "checker", "intercom", &password).unwrap();
+    check.subscribe("acme/done");
+    publisher.publish("acme/done", "x");
+    check.next_publish(Duration::from_secs(60)).expect("the marker after the retained messages");
+    let count_retained = |id: &str| {
+        let late = connect(mqtt_addr(&s), id, "intercom", &password).unwrap();
+        late.subscribe("acme/ret/#");
+        let mut n = 0;
+        while late.next_publish(Duration::from_secs(3)).is_some() {
+            n += 1;
+        }
+        n
+    };
+    let kept = count_retained("late-1");
+    assert!((200..=268).contains(&kept), "{kept} of 300 retained messages of 250,000 bytes kept");
+    assert_eq!(s.stderr().matches("not retained").count(), 1, "{}", s.stderr());
+    // Clearing one (an empty retained message) makes room for another.
+    publisher.client.publish("acme/ret/0", QoS::AtLeastOnce, true, Vec::new()).unwrap();
+    publisher.client.publish("acme/ret/new", QoS::AtLeastOnce, true, payload.clone()).unwrap();
+    publisher.publish("acme/done", "y");
+    check.next_publish(Duration::from_secs(60)).expect("the second marker");
+    assert_eq!(count_retained("late-2"), kept);
+}
