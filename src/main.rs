@@ -215,6 +215,20 @@ fn open_admin(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<
     Ok((config, store))
 }
 
+/// As [`open_admin`], for commands that read or change what is there: where there is no
+/// database yet, they say so rather than create an empty one (a wrong `--config`, or a
+/// data folder gone, would otherwise look like a site without users or devices).
+fn open_existing(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
+    let config = load(path)?;
+    if !config.store.path.exists() {
+        return Err(Failure::Store(StoreError::Internal(format!(
+            "no database at {} (the service makes it at its first start; is this the right --config?)",
+            config.store.path.display()
+        ))));
+    }
+    open_admin(path)
+}
+
 /// Store errors a command-line user can fix are usage errors (exit 64).
 fn usage(e: StoreError) -> Failure {
     match e {
@@ -341,13 +355,13 @@ fn run_mqtt_user(command: cli::MqttUserCommand) -> Result<(), Failure> {
             println!("{password}");
         }
         cli::MqttUserCommand::List(l) => {
-            let (_, store) = open_admin(l.config.as_deref())?;
+            let (_, store) = open_existing(l.config.as_deref())?;
             for u in store.mqtt_users()? {
                 println!("{}\t{}\t{}", u.username, u.org, if u.receiver { "receiver" } else { "" });
             }
         }
         cli::MqttUserCommand::Delete(d) => {
-            let (_, store) = open_admin(d.config.as_deref())?;
+            let (_, store) = open_existing(d.config.as_deref())?;
             store
                 .delete_mqtt_user(&d.username)
                 .map_err(not_found(format!("no MQTT credentials with username {}", d.username)))?;
@@ -501,7 +515,7 @@ fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
             println!("imported {n} devices");
         }
         cli::DeviceCommand::List(l) => {
-            let (_, store) = open_admin(l.config.as_deref())?;
+            let (_, store) = open_existing(l.config.as_deref())?;
             let mut out = csv::Writer::from_writer(std::io::stdout().lock());
             let io = |e: csv::Error| Failure::Data(e.to_string());
             out.write_record(["id", "org", "deviceaddress", "deviceid", "label", "tagtype", "beacon", "contactid"])
@@ -523,7 +537,7 @@ fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
             out.flush().map_err(|e| Failure::Data(e.to_string()))?;
         }
         cli::DeviceCommand::Delete(d) => {
-            let (config, store) = open_admin(d.config.as_deref())?;
+            let (config, store) = open_existing(d.config.as_deref())?;
             let org = org_of(&config, d.org.as_deref())?;
             store.delete_device(&org, d.id).map_err(not_found(format!("no device {} in {org}", d.id)))?;
         }
@@ -532,7 +546,7 @@ fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
 }
 
 fn run_locations(l: cli::Locations) -> Result<(), Failure> {
-    let (config, store) = open_admin(l.config.as_deref())?;
+    let (config, store) = open_existing(l.config.as_deref())?;
     let org = org_of(&config, l.org.as_deref())?;
     if l.purge {
         let n = store
@@ -632,7 +646,7 @@ fn run_user(command: UserCommand) -> Result<(), Failure> {
             println!("{token}");
         }
         UserCommand::Token(t) => {
-            let (_, store) = open_admin(t.config.as_deref())?;
+            let (_, store) = open_existing(t.config.as_deref())?;
             let token = auth::new_token();
             store
                 .set_token(&t.email, &auth::token_hash(&token))
@@ -640,7 +654,7 @@ fn run_user(command: UserCommand) -> Result<(), Failure> {
             println!("{token}");
         }
         UserCommand::List(l) => {
-            let (_, store) = open_admin(l.config.as_deref())?;
+            let (_, store) = open_existing(l.config.as_deref())?;
             println!("id\torg\temail\tname\tflags");
             for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::User) {
                 let flags: Vec<&str> = [
@@ -657,15 +671,15 @@ fn run_user(command: UserCommand) -> Result<(), Failure> {
             }
         }
         UserCommand::Disable(d) => {
-            let (_, store) = open_admin(d.config.as_deref())?;
+            let (_, store) = open_existing(d.config.as_deref())?;
             store.disable_user(&d.email, true).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
         }
         UserCommand::Enable(d) => {
-            let (_, store) = open_admin(d.config.as_deref())?;
+            let (_, store) = open_existing(d.config.as_deref())?;
             store.disable_user(&d.email, false).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
         }
         UserCommand::Delete(d) => {
-            let (_, store) = open_admin(d.config.as_deref())?;
+            let (_, store) = open_existing(d.config.as_deref())?;
             store.delete_user(&d.email).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
         }
     }
@@ -685,18 +699,18 @@ fn run_group(command: GroupCommand) -> Result<(), Failure> {
             println!("{id}");
         }
         GroupCommand::Member(m) => {
-            let (_, store) = open_admin(m.config.as_deref())?;
+            let (_, store) = open_existing(m.config.as_deref())?;
             store.add_member(m.group, &m.email).map_err(usage)?;
         }
         GroupCommand::List(l) => {
-            let (_, store) = open_admin(l.config.as_deref())?;
+            let (_, store) = open_existing(l.config.as_deref())?;
             println!("id\torg\tname\temail\tflags");
             for p in store.all_principals()?.iter().filter(|p| p.kind == PrincipalKind::Group) {
                 println!("{}\t{}\t{}\t{}\t{}", p.id, p.org, p.name, p.email, if p.deleted { "deleted" } else { "" });
             }
         }
         GroupCommand::Delete(d) => {
-            let (_, store) = open_admin(d.config.as_deref())?;
+            let (_, store) = open_existing(d.config.as_deref())?;
             store.delete_group(d.group).map_err(not_found(format!("no group {}", d.group)))?;
         }
     }

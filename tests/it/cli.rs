@@ -197,3 +197,22 @@ fn serve_fails_clearly_when_the_port_is_taken() {
     let started = Service::launch(dir.clone(), dir.join("config.toml"), &[]);
     wait_for("the administrator's token", || started.stderr().contains("admin token: ").then_some(()));
 }
+
+/// Commands that read or change what is there do not make an empty database where there is
+/// none (a wrong --config, or a data folder gone, would look like a site with nothing in it).
+#[test]
+fn list_commands_do_not_create_a_database() {
+    let dir = test_dir("list_commands_do_not_create_a_database");
+    std::fs::write(dir.join("config.toml"), BASE_CONFIG).unwrap();
+    for args in [&["user", "list"][..], &["device", "list"], &["group", "list"], &["mqtt-user", "list"]] {
+        let out = cli_with_config(&dir.join("config.toml"), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("no database at"), "{args:?}: {err}");
+        assert!(!dir.join("data/sitegate.db").exists(), "{args:?} made a database");
+    }
+    // Adding a user is how a site may begin: that makes the database.
+    let out = cli_with_config(&dir.join("config.toml"), &["user", "add", "--email", "a@example.com", "--name", "A"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(cli_with_config(&dir.join("config.toml"), &["user", "list"]).status.success());
+}
