@@ -115,7 +115,11 @@ fn backup_connection(src: &Connection, out: &Path) -> Result<Copied> {
             journal.push("-journal");
             let _ = std::fs::remove_file(&partial);
             let _ = std::fs::remove_file(journal);
-            return Err(e);
+            // The copy's side failed for a full disk: name where it was written.
+            return Err(match e {
+                StoreError::StorageFull(m) => StoreError::StorageFull(format!("writing {}: {m}", out.display())),
+                other => other,
+            });
         }
     };
     sync_parent(out);
