@@ -384,6 +384,9 @@ pub const MQTT_BRIDGE_QUEUE_MAX_DEFAULT: u64 = 100_000;
 pub const MQTT_BRIDGE_QUEUE_MAX_CEILING: u64 = 10_000_000;
 pub const MQTT_BRIDGE_INFLIGHT_MAX: u16 = 100;
 pub const MQTT_BRIDGE_BATCH_MAX: usize = 1_000;
+/// Upstream connections ending in a row with the same message the oldest unacknowledged, after
+/// which that message is dropped (an upstream that refuses it would hold the queue for good).
+pub const MQTT_BRIDGE_REFUSALS_MAX: u32 = 5;
 
 /// A reconnecting client waits up to STEPS x STEP_MS for its old session to finish closing.
 /// How often connections to the broker's ports that sent no CONNECT within the handshake

@@ -117,6 +117,7 @@ async fn write_queue(
     queued: Arc<Notify>,
     stats: Arc<BridgeStats>,
 ) {
+    let mut full_said: Option<std::time::Instant> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![(first.topic, first.payload, first.retain)];
         while batch.len() < limits::MQTT_BRIDGE_BATCH_MAX {
@@ -130,7 +131,13 @@ async fn write_queue(
             Ok(Ok(dropped)) => {
                 if dropped > 0 {
                     stats.dropped.fetch_add(dropped, Ordering::Relaxed);
-                    log::warn!("mqtt bridge: queue full ({queue_max} messages): the {dropped} oldest dropped");
+                    // Said once a minute at most: while upstream is away, every write drops.
+                    if full_said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        full_said = Some(std::time::Instant::now());
+                        log::warn!(
+                            "mqtt bridge: queue full ({queue_max} messages): the oldest are dropped (counted in /health)"
+                        );
+                    }
                 }
             }
             Ok(Err(e)) => log::warn!("mqtt bridge: cannot queue messages: {e}"),
@@ -152,6 +159,8 @@ async fn send_upstream(
 ) {
     let mut backoff = Duration::from_secs(1);
     let mut failures = 0u64;
+    // The oldest message unacknowledged when connections failed, and how many times in a row.
+    let mut suspect: Option<(i64, u32)> = None;
     loop {
         let mut options = MqttOptions::new(&s.client_id, &s.host, s.port);
         options
@@ -182,11 +191,31 @@ async fn send_upstream(
         stats.connected.store(false, Ordering::Relaxed);
         match outcome {
             Session::Stopped => return,
-            Session::Failed(why) => {
+            Session::Failed { why, connected, oldest_unacked } => {
+                // Each outage is said: its first failure and then every 20th (a long outage
+                // is not a log flood).
+                if connected {
+                    failures = 0;
+                }
                 failures += 1;
-                // The first failure and then every 20th: a long outage is not a log flood.
                 if failures == 1 || failures.is_multiple_of(20) {
                     log::warn!("mqtt bridge: upstream {}:{} unavailable ({why}); retrying", s.host, s.port);
+                }
+                // A message the upstream refuses (too large for it, say) ends every connection
+                // that sends it, and would hold everything behind it for good: after
+                // MQTT_BRIDGE_REFUSALS_MAX connections in a row ended with it the oldest one
+                // unacknowledged, it is dropped (counted, and named in the journal).
+                if connected && let Some(id) = oldest_unacked {
+                    let strikes = match suspect {
+                        Some((same, n)) if same == id => n + 1,
+                        _ => 1,
+                    };
+                    suspect = Some((id, strikes));
+                    if strikes >= limits::MQTT_BRIDGE_REFUSALS_MAX {
+                        drop_refused(&store, id, &stats).await;
+                        suspect = None;
+                        backoff = Duration::from_secs(1);
+                    }
                 }
             }
             Session::Ended => backoff = Duration::from_secs(1),
@@ -201,8 +230,33 @@ async fn send_upstream(
 
 enum Session {
     Stopped,
-    Failed(String),
+    Failed {
+        why: String,
+        /// The connection had been accepted (CONNACK) before it failed.
+        connected: bool,
+        /// The oldest message sent and not acknowledged when it failed.
+        oldest_unacked: Option<i64>,
+    },
     Ended,
+}
+
+/// Removes a message the upstream keeps refusing from the queue.
+async fn drop_refused(store: &Arc<Store>, id: i64, stats: &BridgeStats) {
+    let store = Arc::clone(store);
+    let removed = tokio::task::spawn_blocking(move || {
+        let about = store.bridge_peek(id - 1, 1).ok().and_then(|m| m.into_iter().next()).filter(|m| m.id == id);
+        store.bridge_delivered(&[id]).map(|()| about)
+    })
+    .await;
+    if let Ok(Ok(about)) = removed {
+        stats.dropped.fetch_add(1, Ordering::Relaxed);
+        let (topic, bytes) = about.map(|m| (m.topic, m.payload.len())).unwrap_or_default();
+        log::warn!(
+            "mqtt bridge: upstream ended {} connections in a row while {topic:?} ({bytes} bytes) was on its way: dropped \
+             (does the upstream refuse messages that large?)",
+            limits::MQTT_BRIDGE_REFUSALS_MAX
+        );
+    }
 }
 
 async fn session(
@@ -240,7 +294,10 @@ async fn session(
                     }
                 }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => return Session::Failed(e.to_string()),
+                Some(Err(e)) => {
+                    let oldest_unacked = in_flight.values().copied().chain(unassigned.iter().copied()).min();
+                    return Session::Failed { why: e.to_string(), connected, oldest_unacked };
+                }
                 None => return Session::Ended,
             },
             _ = queued.notified() => {}
@@ -271,7 +328,7 @@ async fn session(
         for m in batch {
             let topic = format!("{}{}", s.prefix, m.topic);
             if let Err(e) = client.publish(topic, QoS::AtLeastOnce, m.retain, m.payload).await {
-                return Session::Failed(e.to_string());
+                return Session::Failed { why: e.to_string(), connected, oldest_unacked: None };
             }
             unassigned.push_back(m.id);
             after = m.id;

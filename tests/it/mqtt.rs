@@ -415,13 +415,18 @@ struct Upstream {
 
 impl Upstream {
     fn start(dir: &std::path::Path, port: u16) -> Upstream {
+        Upstream::start_with(dir, port, "")
+    }
+
+    /// With `extra` lines of mosquitto.conf.
+    fn start_with(dir: &std::path::Path, port: u16, extra: &str) -> Upstream {
         let conf = dir.join("mosquitto.conf");
         // Persistence: a subscriber's session (and its queued messages) outlives a restart.
         std::fs::write(
             &conf,
             format!(
                 // As root, mosquitto would switch to its own user, who cannot write here.
-                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nuser {}\n",
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nuser {}\n{extra}",
                 dir.display(),
                 std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "root".into())
             ),
@@ -783,4 +788,46 @@ fn retained_messages_are_bounded_in_bytes() {
     publisher.publish("acme/done", "y");
     check.next_publish(Duration::from_secs(60)).expect("the second marker");
     assert_eq!(count_retained("late-2"), kept);
+}
+
+/// A message the upstream refuses (here: larger than its packet limit, an alert with its
+/// sound) does not hold up the feed behind it for good: after a few connections in a row end
+/// with it, it is dropped, counted and named, and what follows goes up.
+#[test]
+fn a_message_the_upstream_refuses_does_not_block_the_bridge() {
+    let dir = test_dir("a_message_the_upstream_refuses_does_not_block_the_bridge");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _upstream = Upstream::start_with(&dir, port, "max_packet_size 20000\n");
+    let config = format!(
+        "{}\n[[alert_rules]]\nid = \"office-entry\"\ntype = \"warn\"\nwhen = \"enter\"\nzones = [22]\n",
+        site_config(&format!("bridge_url = \"mqtt://127.0.0.1:{port}\"\n"))
+    );
+    let config_path = dir.join("config.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let s = Service::launch(dir.clone(), config_path, &[]);
+    add_badge(&s.admin_client(), "");
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let central = {
+        let mut options = MqttOptions::new("central", "127.0.0.1", port);
+        options.set_keep_alive(Duration::from_secs(30));
+        connect_options(options, "", "", |_| {}).expect("mosquitto")
+    };
+    central.subscribe("#");
+    // Into the office (the alert goes out, too large upstream), then data keeps coming.
+    let mut got = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut data_after_drop = 0;
+    while std::time::Instant::now() < deadline && data_after_drop < 3 {
+        scanner.publish("acme/receivers/rx-b/adverts", &badge_advert(-60, None, ""));
+        while let Some(p) = central.next_publish(Duration::from_millis(300)) {
+            got.insert(p.topic.clone());
+            if p.topic == "acme/5.1.22/data" && s.stderr().contains("was on its way: dropped") {
+                data_after_drop += 1;
+            }
+        }
+    }
+    assert!(data_after_drop >= 3, "data upstream after the refused alert was dropped: {got:?}\n{}", s.stderr());
+    assert!(!got.contains("acme/5.1.22/alert"), "{got:?}");
+    let health = s.anonymous().get_json("/health").json();
+    assert!(health["mqtt"]["bridge"]["dropped"].as_i64() >= Some(1), "{health}");
 }
