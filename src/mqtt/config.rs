@@ -152,7 +152,28 @@ fn resolve_bridge(raw: &RawMqtt, url: &str, relative: &dyn Fn(&str) -> PathBuf) 
         return Err(bad("has a path"));
     }
     let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
-    let port = uri.port_u16().unwrap_or(if tls { 8883 } else { 1883 });
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    if authority.contains('@') {
+        return Err(bad("has credentials: give them as bridge_username and bridge_password"));
+    }
+    // The port as written (the URI parser gives none for `:18790x` or `:99999`).
+    let port_text = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once("]:").map(|(_, p)| p),
+        None => authority.split_once(':').map(|(_, p)| p),
+    };
+    let port = match port_text {
+        None => {
+            if tls {
+                8883
+            } else {
+                1883
+            }
+        }
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(bad("has a port that is not 1..65535")),
+        },
+    };
     let ca = match &raw.bridge_ca {
         None => None,
         Some(p) => {

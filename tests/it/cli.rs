@@ -66,6 +66,10 @@ fn configuration_errors_exit_78_and_name_the_key() {
         ("[[organizations]]\nid = \"has space\"\nname = \"x\"\n", "organizations[0].id"),
         ("[http]\ntls_cert = \"missing.crt\"\ntls_key = \"missing.key\"\n", "http.tls_cert"),
         ("[webhooks]\nca = \"missing.pem\"\n", "webhooks.ca"),
+        ("[mqtt]\nbridge_url = \"mqtt://127.0.0.1:18790x\"\n", "mqtt.bridge_url"),
+        ("[mqtt]\nbridge_url = \"mqtts://127.0.0.1:70000\"\n", "mqtt.bridge_url"),
+        ("[mqtt]\nbridge_url = \"mqtt://user:pw@127.0.0.1:1883\"\n", "mqtt.bridge_url"),
+        ("[mqtt]\nbridge_url = \"mqtt://127.0.0.1:\"\n", "mqtt.bridge_url"),
         ("[webhooks]\nca = \"no-certificate.pem\"\n", "webhooks.ca"),
         ("[http\nbroken", ""),
     ];
