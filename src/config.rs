@@ -810,6 +810,16 @@ mod tests {
         check_err("[http]\nbogus = 1\n", "http.bogus");
         check_err("[site]\ntimezone = \"Mars/Base\"\n", "site.timezone");
         check_err("[[organizations]]\nid = \"a-b\"\nname = \"x\"\n", "organizations[0].id");
+        // Alert rules: settings of another kind of rule are refused, a missing one named.
+        let rule = "[[alert_rules]]\nid = \"r\"\ntype = \"warn\"\n";
+        check_err(&format!("{rule}when = \"not_seen\"\nminutes = 5\nzones = [22]\n"), "alert_rules[0].zones");
+        check_err(&format!("{rule}when = \"not_seen\"\n"), "alert_rules[0].minutes");
+        check_err(&format!("{rule}when = \"alarm\"\nbattery_v = 2.0\n"), "alert_rules[0].battery_v");
+        check_err(&format!("{rule}when = \"battery_low\"\nbattery_v = 2.4\nminutes = 3\n"), "alert_rules[0].minutes");
+        check_err(
+            &format!("[[tag_types]]\nid = 2\ntitle = \"Visitor\"\n{rule}when = \"alarm\"\ntag_types = [2]\n"),
+            "alert_rules[0].tag_types",
+        );
         // Unknown keys and wrong types in an array of tables name the entry too.
         check_err(
             "[[organizations]]\nid = \"a\"\nname = \"x\"\n[[organizations]] # b\nid = \"b\"\nnam = \"y\"\n",

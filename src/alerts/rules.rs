@@ -101,6 +101,21 @@ pub fn resolve_rules(raw: &[RawAlertRule], site: &crate::location::site::Site) -
         }
         let kind =
             AlertType::parse(&r.kind).ok_or_else(|| ConfigError::new(key("type"), "must be monitor, warn or alarm"))?;
+        // Keys of another kind of rule are refused, not dropped: a `not_seen` rule with
+        // `zones` would otherwise watch the whole site.
+        let applies: &[&str] = match r.when.as_str() {
+            "enter" => &["zones"],
+            "not_seen" => &["minutes"],
+            "battery_low" => &["battery_v"],
+            _ => &[],
+        };
+        for (name, given) in
+            [("zones", !r.zones.is_empty()), ("minutes", r.minutes.is_some()), ("battery_v", r.battery_v.is_some())]
+        {
+            if given && !applies.contains(&name) {
+                return Err(ConfigError::new(key(name), format!("is not a setting of a {:?} rule", r.when)));
+            }
+        }
         let condition = match r.when.as_str() {
             "enter" => {
                 if r.zones.is_empty() {
@@ -112,6 +127,9 @@ pub fn resolve_rules(raw: &[RawAlertRule], site: &crate::location::site::Site) -
                 Condition::Enter(r.zones.clone())
             }
             "not_seen" => {
+                if r.minutes.is_none() {
+                    return Err(ConfigError::new(key("minutes"), "a not_seen rule needs minutes (1..=10080)"));
+                }
                 let minutes = bounded(&key("minutes"), r.minutes, 0, 1, 7 * 24 * 60)?;
                 Condition::NotSeen { ms: i64::try_from(minutes * 60_000).unwrap_or(i64::MAX) }
             }
@@ -129,6 +147,14 @@ pub fn resolve_rules(raw: &[RawAlertRule], site: &crate::location::site::Site) -
         };
         if let Some(t) = r.tag_types.iter().find(|t| site.tag_type(**t).is_none()) {
             return Err(ConfigError::new(key("tag_types"), format!("{t} is not a tag type of the site map")));
+        }
+        if matches!(condition, Condition::AlarmEvent)
+            && let Some(t) = r.tag_types.iter().find(|t| site.tag_type(**t).is_some_and(|tt| tt.alarm.is_none()))
+        {
+            return Err(ConfigError::new(
+                key("tag_types"),
+                format!("tag type {t} has no alarm button (its `alarm` in [[tag_types]]): the rule could never fire"),
+            ));
         }
         let text = match &r.text {
             Some(t) if !t.trim().is_empty() && t.len() <= 255 && !t.chars().any(char::is_control) => t.clone(),
