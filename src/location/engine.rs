@@ -19,8 +19,8 @@
 //! zones are `adjacent` (a door, an opening, stairs), a challenger the device cannot walk into
 //! straight away starts below zero, by `WALK_HOP_DB_S` per step further: the room behind a
 //! wall must lead longer than the corridor both open onto. When the current zone's receivers
-//! are all silent (no reading from any device: the receiver, not the tag, is gone), the
-//! device is held where it is. No reading from the device for `away_timeout_ms`: it has left
+//! are all silent (no advert from any device, registered or not: the receiver, not the tag,
+//! may be gone), the device is held where it is, less firmly the longer they stay silent. No reading from the device for `away_timeout_ms`: it has left
 //! (exit, no zone). A device in a zone is decided on at most every `DECIDE_INTERVAL_MS`
 //! (several receivers report one advert within tens of milliseconds); one without a zone at
 //! its first reading.
@@ -64,6 +64,12 @@ const LEAD_CAP_DB: f64 = 25.0;
 /// When the current zone's receivers are all silent, the device is taken to be this much
 /// weaker there than when last heard: a challenger must be clearly stronger to win.
 const DARK_PENALTY_DB: f64 = 6.0;
+/// ... growing by this much for every second its receivers stay dark, up to the most: a
+/// zone dark for a minute no longer holds a device that another zone hears as well as it was
+/// heard there (a guard walking alone at night, whose old room's receiver hears nobody now),
+/// while one heard through a wall, 20 dB weaker, stays held.
+const DARK_PENALTY_DB_PER_S: f64 = 0.2;
+const DARK_PENALTY_MAX_DB: f64 = 20.0;
 /// The evidence a challenger needs grows with the time the device has been in its zone: by
 /// `dwell_db_s` per minute, up to this many times `dwell_db_s`. People settled in a room stay
 /// more often than not; a passing fluctuation should not take them out of it.
@@ -271,6 +277,13 @@ impl Engine {
         }
     }
 
+    /// An advert from `receiver` at `t_ms`, of any device, registered or not: it is working.
+    pub fn receiver_heard(&mut self, t_ms: i64, receiver: usize) {
+        if let Some(seen) = self.receiver_last_ms.get_mut(receiver) {
+            *seen = Some(seen.map_or(t_ms, |s| s.max(t_ms)));
+        }
+    }
+
     /// Time passes with no reading: devices not heard for `away_timeout_ms` leave their zone.
     pub fn tick(&mut self, t_ms: i64, out: &mut Vec<Output>) {
         let away = self.settings.away_timeout_ms as i64;
@@ -465,7 +478,15 @@ impl Engine {
                         self.devices[device].zone_last_signal = Some(s);
                         Some(s)
                     }
-                    None if dark => self.devices[device].zone_last_signal.map(|s| s - DARK_PENALTY_DB),
+                    None if dark => {
+                        // Held, but less and less: a zone whose receivers hear nothing at all
+                        // may have a dead receiver, or nobody left near it.
+                        let last_heard =
+                            self.zone_receivers[zone].iter().filter_map(|&r| self.receiver_last_ms[r]).max();
+                        let dark_s = last_heard.map_or(0, |t| (t_ms - t).max(0)) as f64 / 1000.0;
+                        let penalty = (DARK_PENALTY_DB + DARK_PENALTY_DB_PER_S * dark_s).min(DARK_PENALTY_MAX_DB);
+                        self.devices[device].zone_last_signal.map(|s| s - penalty)
+                    }
                     None => None,
                 };
                 // The strongest other zone.
@@ -741,6 +762,19 @@ mod tests {
         // Receiver "a" dies: the device is heard only, weakly, by "b" for two minutes.
         feed(&mut e, &mut out, 10_000, 130_000, [-127, -80, -127]);
         assert_eq!(decisions(&out), [(0, "enter", 0)]);
+    }
+
+    #[test]
+    fn a_zone_dark_for_long_lets_go_of_a_device_heard_as_well_elsewhere() {
+        let mut e = Engine::new(&site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 10_000, [-60, -80, -127]);
+        // Nobody is left near "a" (it hears nothing at all); "b" hears the device as "a" did.
+        feed(&mut e, &mut out, 10_000, 130_000, [-127, -60, -127]);
+        let d = decisions(&out);
+        assert_eq!(d.len(), 3, "{d:?}");
+        assert_eq!((d[1].1, d[1].2, d[2].1, d[2].2), ("exit", 0, "enter", 1));
+        assert!(d[2].0 < 90_000, "within a minute or so of the silence: {d:?}");
     }
 
     #[test]

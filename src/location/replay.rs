@@ -50,6 +50,9 @@ impl Pipeline {
             self.counts.unknown_receiver += 1;
             return None;
         };
+        // Whatever it hears (a phone, someone else's tag) says the receiver is working: a zone
+        // whose receiver hears nothing at all is dark, one that hears only strangers is not.
+        self.engine.receiver_heard(a.t_ms, receiver);
         let Some(id) = self.registry.identify(a) else {
             self.counts.unknown_device += 1;
             return None;
