@@ -209,7 +209,10 @@ fn not_found(what: String) -> impl FnOnce(StoreError) -> Failure {
 
 /// For the user and group commands: the configuration, quiet logging, the store.
 fn open_admin(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
-    let config = load(path)?;
+    open_config(load(path)?)
+}
+
+fn open_config(config: Config) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
     init_logging(log::LevelFilter::Warn);
     let store = service::open_store(&config)?;
     Ok((config, store))
@@ -226,7 +229,7 @@ fn open_existing(path: Option<&std::path::Path>) -> Result<(Config, std::sync::A
             config.store.path.display()
         ))));
     }
-    open_admin(path)
+    open_config(config)
 }
 
 /// Store errors a command-line user can fix are usage errors (exit 64).

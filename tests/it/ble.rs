@@ -128,7 +128,7 @@ fn adverts_from_bluez_locate_devices() {
 
     // The badge, an Eddystone tag (identity and battery frames in turn), and a phone nobody
     // registered, a round every 300 ms until the engine (which picks new devices up within
-    // two seconds) has located them. The Eddystone tag only once the badge is placed, so that
+    // a second) has located them. The Eddystone tag only once the badge is placed, so that
     // the badge's visit is always the first.
     let uid = "00e7edd5f3b6f0e1a40c9b2a0001020304050000";
     let tlm = "20000b8617000000000a00000064";
