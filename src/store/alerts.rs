@@ -48,7 +48,7 @@ pub enum AlertOrder {
 }
 
 const ALERT_COLUMNS: &str =
-    "a.id, a.rule, a.type, a.device_id, coalesce(d.deviceaddress, ''), coalesce(d.deviceid, ''),
+    "a.id, a.rule, a.type, a.device_id, a.deviceaddress, a.deviceid,
      a.contact_id, c.name, a.text, a.value, a.units, a.t_ms, a.ticket_id, a.acked_ms, a.acked_by";
 
 fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {
@@ -73,7 +73,7 @@ fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {
 
 pub(super) fn alert_in(tx: &rusqlite::Connection, org: &str, id: i64) -> Result<StoredAlert> {
     let sql = format!(
-        "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
+        "SELECT {ALERT_COLUMNS} FROM alerts a
          LEFT JOIN items c ON c.id = a.contact_id WHERE a.org = ?1 AND a.id = ?2"
     );
     tx.query_row(&sql, (org, id), alert_from_row).optional()?.ok_or(StoreError::NotFound)
@@ -117,8 +117,11 @@ impl Store {
         let notify = a.kind != "Monitor";
         let id = self.write_emitting(|tx| {
             tx.exec(
-                "INSERT INTO alerts (org, rule, type, device_id, contact_id, text, value, units, t_ms, ticket_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT INTO alerts (org, rule, type, device_id, deviceaddress, deviceid, contact_id, text, value,
+                                     units, t_ms, ticket_id)
+                 SELECT ?1, ?2, ?3, ?4, coalesce(d.deviceaddress, ''), coalesce(d.deviceid, ''), ?5, ?6, ?7,
+                        ?8, ?9, ?10
+                 FROM (SELECT 1) LEFT JOIN devices d ON d.id = ?4",
                 (a.org, a.rule, a.kind, a.device_id, a.contact_id, a.text, a.value, a.units, a.t_ms, ticket),
             )?;
             let id = tx.last_insert_rowid();
@@ -166,7 +169,7 @@ impl Store {
                 AlertOrder::MostSevere => "CASE a.type WHEN 'Alarm' THEN 0 WHEN 'Warn' THEN 1 ELSE 2 END, a.id DESC",
             };
             let sql = format!(
-                "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN devices d ON d.id = a.device_id
+                "SELECT {ALERT_COLUMNS} FROM alerts a
                  LEFT JOIN items c ON c.id = a.contact_id
                  WHERE a.org = ?1 AND (?2 OR a.acked_ms IS NULL) AND (?3 IS NULL OR a.type = ?3)
                  ORDER BY {order} LIMIT ?4"

@@ -331,4 +331,13 @@ BEGIN
     UPDATE devices_version SET version = version + 1 WHERE id = 1;
 END;
 "#,
+    // 10: an alert keeps the address and id its device had when it was raised, so that the
+    // record still names the tag after the device is deleted or given another address.
+    r#"
+ALTER TABLE alerts ADD COLUMN deviceaddress TEXT NOT NULL DEFAULT '';
+ALTER TABLE alerts ADD COLUMN deviceid TEXT NOT NULL DEFAULT '';
+UPDATE alerts SET
+    deviceaddress = coalesce((SELECT d.deviceaddress FROM devices d WHERE d.id = alerts.device_id), ''),
+    deviceid = coalesce((SELECT d.deviceid FROM devices d WHERE d.id = alerts.device_id), '');
+"#,
 ];

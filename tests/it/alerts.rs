@@ -349,6 +349,10 @@ fn a_badge_that_was_heard_can_be_deleted() {
     let history = c.get_json(&format!("/contacts/{ann}/locations")).body;
     assert!(!history.contains("5/1/22"), "{history}");
     assert_eq!(recorded(&c, "Alarm"), 1, "the alerts stay on record");
+    let alarm = c.get_json("/alerts?all=1&type=Alarm").json();
+    let alarm = &alarm["alerts"]["records"][0];
+    assert_eq!(alarm["deviceaddress"], "5/1/22", "the alert still names its badge: {alarm}");
+    assert_eq!(alarm["deviceid"], "5.1.22", "{alarm}");
 }
 
 /// A contact renamed is named by the feed and by her next alarm (and its ticket) as she is

@@ -114,6 +114,8 @@ fn an_earlier_database_is_backed_up_migrated_and_served_as_before() {
     assert!(report.body.contains("Kitchen") && report.body.contains("Office"), "{}", report.body);
     let alerts = admin.get_json("/alerts?all=1").body;
     assert!(alerts.contains("office-entry"), "{alerts}");
+    // The alert names the device it was raised for, now from its own record.
+    assert!(alerts.contains("5/1/22"), "{alerts}");
 
     // The command line on the upgraded database: MQTT credentials kept, a new token works.
     let listed = s.cli(&["mqtt-user", "list"]);
