@@ -75,6 +75,7 @@ pub struct RawHttp {
     pub batch_bytes_max: Option<usize>,
     pub header_read_timeout_ms: Option<u64>,
     pub body_read_timeout_ms: Option<u64>,
+    pub send_timeout_ms: Option<u64>,
     pub tls_listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
@@ -176,6 +177,7 @@ pub struct HttpConfig {
     pub batch_bytes_max: usize,
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
+    pub send_timeout_ms: u64,
     pub tls: Option<TlsConfig>,
     /// When set, `/metrics` answers only `Authorization: Bearer <token>`.
     pub metrics_token: Option<String>,
@@ -414,6 +416,13 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         limits::HTTP_TIMEOUT_MS_FLOOR,
         limits::HTTP_TIMEOUT_MS_CEILING,
     )?;
+    let send_timeout_ms = bounded(
+        "http.send_timeout_ms",
+        h.send_timeout_ms,
+        limits::HTTP_SEND_TIMEOUT_MS_DEFAULT,
+        limits::HTTP_TIMEOUT_MS_FLOOR,
+        limits::HTTP_TIMEOUT_MS_CEILING,
+    )?;
     let tls = match (&h.tls_cert, &h.tls_key) {
         (None, None) => {
             if h.tls_listen.is_some() {
@@ -627,6 +636,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             batch_bytes_max,
             header_read_timeout_ms,
             body_read_timeout_ms,
+            send_timeout_ms,
             tls,
             metrics_token,
         },
@@ -681,6 +691,7 @@ impl Config {
                 batch_bytes_max: Some(self.http.batch_bytes_max),
                 header_read_timeout_ms: Some(self.http.header_read_timeout_ms),
                 body_read_timeout_ms: Some(self.http.body_read_timeout_ms),
+                send_timeout_ms: Some(self.http.send_timeout_ms),
                 tls_listen: self.http.tls.as_ref().map(|t| t.listen.to_string()),
                 tls_cert: self.http.tls.as_ref().map(|t| path(&t.cert)),
                 tls_key: self.http.tls.as_ref().map(|t| path(&t.key)),

@@ -56,6 +56,10 @@ pub const HTTP_CONNECTIONS_PER_ADDRESS_MAX_DEFAULT: usize = 256;
 pub const HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// Time a client has to send a whole request body (`[http] body_read_timeout_ms`).
 pub const HTTP_BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Time an answer may wait for the client to take any more of it (`[http] send_timeout_ms`);
+/// then the connection is closed, so that a client that asks and does not read cannot hold
+/// its answer's memory and its connection for good.
+pub const HTTP_SEND_TIMEOUT_MS_DEFAULT: u64 = 60_000;
 pub const HTTP_TIMEOUT_MS_FLOOR: u64 = 100;
 pub const HTTP_TIMEOUT_MS_CEILING: u64 = 3_600_000;
 

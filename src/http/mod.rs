@@ -2,8 +2,9 @@
 //!
 //! Per listener: at most `connections_max` open connections (accepting pauses at the bound),
 //! a header read timeout that also closes idle kept-alive connections, a TLS handshake bound
-//! by the same timeout, bodies limited in size (413) and in time (408). A complete request is
-//! handed to the worker [`pool`]; its response always carries a Content-Length.
+//! by the same timeout, bodies limited in size (413) and in time (408), answers the client
+//! stops reading limited in time (`send_timeout_ms`). A complete request is handed to the
+//! worker [`pool`]; its response always carries a Content-Length.
 //!
 //! Shutdown: stop accepting, let each connection finish the request in flight (graceful
 //! close), wait for the connections up to a grace period.
@@ -48,6 +49,7 @@ pub struct Shared {
     pub batch_bytes_max: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub send_timeout: Duration,
     pub quota_allowed: u32,
     pub connections_per_address_max: usize,
     /// Requests with a body over `body_bytes_max` allowed (uploads, batches) in flight at once.
@@ -72,6 +74,7 @@ impl Shared {
             batch_bytes_max: config.batch_bytes_max,
             header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
+            send_timeout: Duration::from_millis(config.send_timeout_ms),
             quota_allowed,
             connections_per_address_max: config.connections_per_address_max,
             large_bodies: Arc::new(tokio::sync::Semaphore::new(limits::HTTP_LARGE_BODIES_MAX)),
@@ -119,6 +122,11 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        // A write that makes no progress for send_timeout fails, and hyper closes the
+        // connection: a client that stops reading gives back its answer and its slot.
+        let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(shared.send_timeout));
+        let stream = Box::pin(stream);
         let shared = Arc::clone(&shared);
         let shutdown = shutdown.clone();
         let acceptor = acceptor.clone();

@@ -438,3 +438,56 @@ fn silent_mqtt_connections_are_closed_after_the_handshake_timeout() {
     assert_eq!(&got.payload[..], b"still there?");
     assert!(s.stderr().contains("sent no CONNECT within the handshake timeout"), "{}", s.stderr());
 }
+
+/// A client that asks for a large answer and stops reading is disconnected after
+/// `send_timeout_ms`: it would otherwise hold the answer's memory and its connection for as
+/// long as it liked (100 such clients held 72 MB). The rest of the answer is never sent.
+#[test]
+fn a_client_that_stops_reading_is_disconnected() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 2\nsend_timeout_ms = 1000");
+    let s = Service::start_with("a_client_that_stops_reading", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let contact = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    // An 8 MB file: far more than the sockets buffer while nobody reads.
+    let file: Vec<u8> = (0..8_000_000u32).map(|i| (i % 251) as u8).collect();
+    let mut body = format!(
+        "--zz\r\nContent-Disposition: form-data; name=\"parent\"\r\n\r\n{contact}\r\n\
+         --zz\r\nContent-Disposition: form-data; name=\"data[file]\"; filename=\"big.bin\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&file);
+    body.extend_from_slice(b"\r\n--zz--\r\n");
+    let r = c.call(Req::new("POST", "/contacts/file").body("multipart/form-data; boundary=zz", body).json());
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = r.json()["id"].as_i64().unwrap();
+
+    let mut stream = connect_from("127.0.0.2", s.addr).unwrap();
+    write!(
+        stream,
+        "GET /contacts/file/{id}/file HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+        basic(&s.admin.email, &s.admin.token)
+    )
+    .unwrap();
+    // The server gives the connection up (the metrics request is the one left open).
+    wait_for("the stalled connection closed", || {
+        let text = s.anonymous().get("/metrics").body;
+        text.lines()
+            .any(|l| l.starts_with("sitegate_http_connections_open{listener=\"http\"}") && l.ends_with(" 1"))
+            .then_some(())
+    });
+    // What was in the sockets' buffers is all the client gets: then the connection ends.
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got[..got.len().min(200)]));
+    assert!(got.len() < file.len(), "the whole answer was sent: {} bytes", got.len());
+    // Others are served as before.
+    c.get_json(&format!("/contacts/{contact}")).assert_status(200);
+}
