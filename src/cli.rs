@@ -288,8 +288,8 @@ pub struct Replay {
 
 #[derive(FromArgs, Debug)]
 /// Zone fingerprints from a survey: a trace recorded while a tag was carried through each
-/// zone, and the times it was in which (marks); prints a `fingerprint = {...}` line per zone
-/// for the site map.
+/// zone, and the times it was in which (marks); prints a `fingerprints = [...]` block per
+/// zone for the site map.
 #[argh(subcommand, name = "survey")]
 pub struct Survey {
     /// configuration file: the site map and [location] settings
@@ -368,6 +368,7 @@ pub enum UserCommand {
     Disable(UserDisable),
     Enable(UserEnable),
     Delete(UserDelete),
+    Undelete(UserUndelete),
 }
 
 #[derive(FromArgs, Debug)]
@@ -443,9 +444,22 @@ pub struct UserEnable {
 }
 
 #[derive(FromArgs, Debug)]
-/// Delete a user: refused at login, listed only with deleted=1; records keep their owner.
+/// Delete a user: refused at login, left out of GET /users unless deleted=1 (`user list`
+/// flags it); records keep their owner.
 #[argh(subcommand, name = "delete")]
 pub struct UserDelete {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the user's e-mail address
+    #[argh(option)]
+    pub email: String,
+}
+
+#[derive(FromArgs, Debug)]
+/// Bring a deleted user back, with their records, and print a new API token (shown once).
+#[argh(subcommand, name = "undelete")]
+pub struct UserUndelete {
     /// configuration file
     #[argh(option)]
     pub config: Option<PathBuf>,
@@ -514,7 +528,7 @@ pub struct GroupList {
 }
 
 #[derive(FromArgs, Debug)]
-/// Delete a group (listed only with deleted=1; records keep their owner).
+/// Delete a group (left out of GET /groups unless deleted=1; records keep their owner).
 #[argh(subcommand, name = "delete")]
 pub struct GroupDelete {
     /// configuration file

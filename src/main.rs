@@ -207,6 +207,17 @@ fn not_found(what: String) -> impl FnOnce(StoreError) -> Failure {
     }
 }
 
+/// A user command's failure: "no user", or that the user was deleted.
+fn no_user<'a>(store: &'a store::Store, email: &'a str) -> impl FnOnce(StoreError) -> Failure + 'a {
+    move |e| match e {
+        StoreError::NotFound if store.user_deleted(email).unwrap_or(false) => Failure::Usage(format!(
+            "user {email} is deleted (`sitegate user undelete --email {email}` brings them back)"
+        )),
+        StoreError::NotFound => Failure::Usage(format!("no user with e-mail {email}")),
+        other => Failure::Store(other),
+    }
+}
+
 /// For the user and group commands: the configuration, quiet logging, the store.
 fn open_admin(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
     open_config(load(path)?)
@@ -653,7 +664,7 @@ fn run_user(command: UserCommand) -> Result<(), Failure> {
             let token = auth::new_token();
             store
                 .set_token(&t.email, &auth::token_hash(&token))
-                .map_err(not_found(format!("no user with e-mail {}", t.email)))?;
+                .map_err(no_user(&store, &t.email))?;
             println!("{token}");
         }
         UserCommand::List(l) => {
@@ -675,15 +686,24 @@ fn run_user(command: UserCommand) -> Result<(), Failure> {
         }
         UserCommand::Disable(d) => {
             let (_, store) = open_existing(d.config.as_deref())?;
-            store.disable_user(&d.email, true).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
+            store.disable_user(&d.email, true).map_err(no_user(&store, &d.email))?;
         }
         UserCommand::Enable(d) => {
             let (_, store) = open_existing(d.config.as_deref())?;
-            store.disable_user(&d.email, false).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
+            store.disable_user(&d.email, false).map_err(no_user(&store, &d.email))?;
         }
         UserCommand::Delete(d) => {
             let (_, store) = open_existing(d.config.as_deref())?;
-            store.delete_user(&d.email).map_err(not_found(format!("no user with e-mail {}", d.email)))?;
+            store.delete_user(&d.email).map_err(no_user(&store, &d.email))?;
+        }
+        UserCommand::Undelete(u) => {
+            let (_, store) = open_existing(u.config.as_deref())?;
+            let token = auth::new_token();
+            store.undelete_user(&u.email, &auth::token_hash(&token)).map_err(|e| match e {
+                StoreError::NotFound => Failure::Usage(format!("no deleted user with e-mail {}", u.email)),
+                other => Failure::Store(other),
+            })?;
+            println!("{token}");
         }
     }
     Ok(())

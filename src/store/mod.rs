@@ -324,7 +324,7 @@ impl Store {
         match self.moved() {
             Some(why) => {
                 if !self.moved_said.swap(true, Ordering::SeqCst) {
-                    log::error!("database: {why}: writes are refused until it is back (then restart the service)");
+                    log::error!("database: {why}: writes are refused until it is back");
                 }
                 return Err(StoreError::Moved(why));
             }

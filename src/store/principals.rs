@@ -78,8 +78,18 @@ impl Store {
 
     pub fn create_user(&self, u: &NewUser<'_>) -> Result<i64> {
         self.write_credentials(|tx| {
-            if email_taken(tx, u.email)? {
-                return Err(StoreError::Duplicate(format!("a user with e-mail {} already exists", u.email)));
+            match email_taken(tx, u.email)? {
+                Some(true) => {
+                    return Err(StoreError::Duplicate(format!(
+                        "a deleted user has e-mail {0} (it stays theirs: their records name them); \
+                         `sitegate user undelete --email {0}` brings them back",
+                        u.email
+                    )));
+                }
+                Some(false) => {
+                    return Err(StoreError::Duplicate(format!("a user with e-mail {} already exists", u.email)));
+                }
+                None => {}
             }
             for g in u.groups {
                 group_in_org(tx, *g, u.org)?;
@@ -129,6 +139,32 @@ impl Store {
                 [email],
             )?;
             if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        })
+    }
+
+    /// Brings a deleted user back with a new token hash.
+    pub fn undelete_user(&self, email: &str, token_sha256: &[u8]) -> Result<()> {
+        self.write_credentials(|tx| {
+            let n = tx.exec(
+                "UPDATE principals SET deleted = 0, token_sha256 = ?2
+                 WHERE kind = 1 AND deleted = 1 AND email = ?1 COLLATE NOCASE",
+                (email, token_sha256),
+            )?;
+            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        })
+    }
+
+    /// True when a deleted user has this e-mail (it stays theirs: their records name them).
+    pub fn user_deleted(&self, email: &str) -> Result<bool> {
+        self.read(|tx| {
+            Ok(tx
+                .query_row(
+                    "SELECT 1 FROM principals WHERE kind = 1 AND deleted = 1 AND email = ?1 COLLATE NOCASE",
+                    [email],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
         })
     }
 
@@ -227,11 +263,13 @@ impl Store {
     }
 }
 
-fn email_taken(tx: &Connection, email: &str) -> Result<bool> {
+/// Whose the e-mail is: nobody's (`None`), a live user's (`Some(false)`), a deleted one's.
+fn email_taken(tx: &Connection, email: &str) -> Result<Option<bool>> {
     Ok(tx
-        .query_row("SELECT 1 FROM principals WHERE kind = 1 AND email = ?1 COLLATE NOCASE", [email], |_| Ok(()))
-        .optional()?
-        .is_some())
+        .query_row("SELECT deleted FROM principals WHERE kind = 1 AND email = ?1 COLLATE NOCASE", [email], |r| {
+            r.get::<_, bool>(0)
+        })
+        .optional()?)
 }
 
 fn group_in_org(tx: &Connection, group_id: i64, org: &str) -> Result<()> {

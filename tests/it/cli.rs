@@ -163,8 +163,11 @@ fn user_and_group_commands() {
         (vec!["user", "token", "--email", "nobody@acme.test"], "no user"),
         (vec!["group", "member", "--group", "999", "--email", "ann@acme.test"], "no group"),
         (vec!["group", "add", "--name", "Night shift"], "already exists"),
-        (vec!["user", "enable", "--email", "gone@acme.test"], "no user"),
-        (vec!["user", "disable", "--email", "gone@acme.test"], "no user"),
+        (vec!["user", "enable", "--email", "gone@acme.test"], "user gone@acme.test is deleted"),
+        (vec!["user", "disable", "--email", "gone@acme.test"], "user gone@acme.test is deleted"),
+        (vec!["user", "token", "--email", "gone@acme.test"], "user undelete --email gone@acme.test"),
+        (vec!["user", "add", "--email", "Gone@acme.test", "--name", "Gone"], "a deleted user has e-mail"),
+        (vec!["user", "undelete", "--email", "ann@acme.test"], "no deleted user"),
         (vec!["mqtt-user", "delete", "--username", "nobody"], "no MQTT credentials with username nobody"),
         (vec!["locations", "--contact", "999999"], "no contact 999999"),
         (vec!["locations", "--contact", "999999", "--purge"], "no contact 999999"),
@@ -181,6 +184,12 @@ fn user_and_group_commands() {
     assert!(groups.contains("Night shift\tnight@acme.test"), "{groups}");
     // The new administrator works at once, while the service runs.
     s.client(&ann).get("/contacts").assert_status(200);
+    // A deleted user brought back logs in with the new token.
+    let out = s.cli(&["user", "undelete", "--email", "gone@acme.test"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let gone = crate::support::Account { email: "gone@acme.test".into(), token };
+    s.client(&gone).get("/contacts").assert_status(200);
 }
 
 #[test]
