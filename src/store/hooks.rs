@@ -483,15 +483,20 @@ impl Store {
                                                      ORDER BY finished LIMIT ?2)",
                 (before, rows_max),
             )?;
-            // Payloads are written with their deliveries, both in id order: those older than the
-            // oldest remaining delivery's are no longer referenced.
+            // Payloads are written with their deliveries, a change's after every earlier change's,
+            // and a change's deliveries are consecutive: those below the least payload of the
+            // first remaining change are no longer referenced. Within a change the payload ids
+            // need not rise with the delivery ids (hooks of one owner share one payload, and
+            // another owner's hook may come between them), so the least is taken over the first
+            // remaining change's deliveries, at most one per hook of an organisation.
             tx.exec(
                 "DELETE FROM payloads WHERE id IN (
                     SELECT id FROM payloads
-                    WHERE id < coalesce((SELECT payload_id FROM deliveries ORDER BY id LIMIT 1),
+                    WHERE id < coalesce((SELECT min(payload_id) FROM (SELECT payload_id FROM deliveries
+                                                                       ORDER BY id LIMIT ?2)),
                                         (SELECT max(id) + 1 FROM payloads))
                     ORDER BY id LIMIT ?1)",
-                [rows_max],
+                (rows_max, limits::WEBHOOKS_PER_ORG_MAX),
             )?;
             Ok(n)
         })
@@ -758,6 +763,40 @@ mod tests {
         };
         assert_eq!(ids("deliveries"), "6,7");
         assert_eq!(ids("payloads"), "6,7");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// One change to hooks of two owners, the first owner's hooks on either side of the
+    /// other's: they share a payload whose id is below the other owner's. Purging the first
+    /// delivery must keep the shared payload (it failed the whole purge on a foreign key).
+    #[test]
+    fn purging_keeps_a_payload_shared_across_another_owners_delivery() {
+        let dir = std::env::temp_dir().join(format!("sitegate-purge-shared-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("site.db");
+        let store = Store::open(&path).unwrap();
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+        for p in [1, 2] {
+            raw.execute("INSERT INTO payloads (id, body) VALUES (?1, x'00')", [p]).unwrap();
+        }
+        // Delivery 1 (owner A, payload 1) finished long ago; 2 (owner B, payload 2) and 3
+        // (owner A again, payload 1) are pending.
+        for (id, payload, state, finished) in [(1, 1, 1, Some(100)), (2, 2, 0, None), (3, 1, 0, None)] {
+            raw.execute(
+                "INSERT INTO deliveries (id, hook_id, event, object_id, contenttype, payload_id, state, next_at, created,
+                                         finished)
+                 VALUES (?1, ?1, 'items.update', 1, 'xml', ?2, ?3, 0, 0, ?4)",
+                (id, payload, state, finished),
+            )
+            .unwrap();
+        }
+        assert_eq!(store.purge_deliveries(1_000, 100).unwrap(), 1);
+        let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM deliveries"), 2);
+        assert_eq!(count("SELECT count(*) FROM payloads"), 2, "the shared payload stays");
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
