@@ -192,6 +192,10 @@ pub const STORE_BUSY_TIMEOUT_MS: u64 = 5_000;
 pub const STORE_BATCH_WRITES_MAX: usize = 256;
 /// ...or has been open this long (a steady stream of writes still commits).
 pub const STORE_BATCH_OPEN_MS_MAX: u64 = 20;
+/// A change made from a read of the item (the keys a request leaves out kept as they were
+/// read) is written only if the item is still as read; otherwise it is read and made again,
+/// up to this many times (then 503).
+pub const STORE_CHANGED_RETRIES_MAX: usize = 8;
 /// Failed batch commits remembered for the writes that wait on them.
 pub const STORE_BATCH_FAILURES_KEPT: usize = 64;
 /// `restore` keeps the database it replaces as `<database>.before-restore-<time>`, then `-2`,

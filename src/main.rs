@@ -662,9 +662,7 @@ fn run_user(command: UserCommand) -> Result<(), Failure> {
         UserCommand::Token(t) => {
             let (_, store) = open_existing(t.config.as_deref())?;
             let token = auth::new_token();
-            store
-                .set_token(&t.email, &auth::token_hash(&token))
-                .map_err(no_user(&store, &t.email))?;
+            store.set_token(&t.email, &auth::token_hash(&token)).map_err(no_user(&store, &t.email))?;
             println!("{token}");
         }
         UserCommand::List(l) => {

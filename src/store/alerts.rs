@@ -47,8 +47,7 @@ pub enum AlertOrder {
     MostSevere,
 }
 
-const ALERT_COLUMNS: &str =
-    "a.id, a.rule, a.type, a.device_id, a.deviceaddress, a.deviceid,
+const ALERT_COLUMNS: &str = "a.id, a.rule, a.type, a.device_id, a.deviceaddress, a.deviceid,
      a.contact_id, c.name, a.text, a.value, a.units, a.t_ms, a.ticket_id, a.acked_ms, a.acked_by";
 
 fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {

@@ -34,6 +34,19 @@ pub struct Hook {
     pub failed: i64,
 }
 
+impl Hook {
+    /// The same settings (what a PUT may change) as `other`.
+    fn same_settings(&self, other: &Hook) -> bool {
+        (self.title == other.title)
+            && self.active == other.active
+            && self.event == other.event
+            && self.constrainttype == other.constrainttype
+            && self.url == other.url
+            && self.contenttype == other.contenttype
+            && self.secret == other.secret
+    }
+}
+
 /// A hook's settings, as created or replaced.
 #[derive(Clone, Debug)]
 pub struct HookSettings {
@@ -247,10 +260,15 @@ impl Store {
 
     /// Replaces a hook's settings. `resume` (the request set `active` to 1) also lifts a pause;
     /// other changes leave it paused.
-    pub fn update_hook(&self, viewer: &Viewer, id: i64, s: &HookSettings, resume: bool) -> Result<()> {
+    /// Replaces a hook's settings, made from `base` (the hook as read): if it has changed
+    /// since, nothing is written ([`StoreError::Changed`]).
+    pub fn update_hook(&self, viewer: &Viewer, id: i64, s: &HookSettings, resume: bool, base: &Hook) -> Result<()> {
         let _changed = HookChanged(self);
         self.write(|tx| {
             let current = load_hook(tx, viewer, id)?;
+            if !current.same_settings(base) {
+                return Err(StoreError::Changed);
+            }
             let paused = current.paused && !resume;
             tx.exec(
                 "UPDATE hooks SET title = ?2, active = ?3, event = ?4, constrainttype = ?5, url = ?6, contenttype = ?7,

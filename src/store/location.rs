@@ -188,12 +188,18 @@ impl Store {
         })
     }
 
-    pub fn update_device(&self, org: &str, id: i64, d: &Device) -> Result<()> {
+    /// Replaces a device, made from `base` (the device as read): if it has changed since,
+    /// nothing is written ([`StoreError::Changed`]).
+    pub fn update_device(&self, org: &str, id: i64, d: &Device, base: &Device) -> Result<()> {
         self.write(|tx| {
-            let exists: Option<i64> = tx
-                .query_row("SELECT id FROM devices WHERE id = ?1 AND org = ?2", (id, org), |r| r.get(0))
-                .optional()?;
-            exists.ok_or(StoreError::NotFound)?;
+            let sql = format!(
+                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id
+                 WHERE d.id = ?1 AND d.org = ?2"
+            );
+            let current = tx.query_row(&sql, (id, org), device_from_row).optional()?.ok_or(StoreError::NotFound)?;
+            if current.device != *base {
+                return Err(StoreError::Changed);
+            }
             check_unique(tx, d, id)?;
             check_contact(tx, org, d.contactid)?;
             tx.exec(

@@ -759,3 +759,27 @@ fn a_slow_receiver_does_not_hold_up_shutdown() {
     assert_eq!(got[0].header("X-Sitegate-Delivery"), rx.received()[0].header("X-Sitegate-Delivery"));
     assert!(!s.stderr().contains("panicked"));
 }
+
+/// Two clients change different keys of one hook at once (its title, and switching it off):
+/// both changes stay. A hook switched off while someone renamed it used to stay on.
+#[test]
+fn concurrent_changes_of_one_hook_keep_each_other() {
+    let s = start("concurrent_hook_changes");
+    let c = s.admin_client();
+    let id = hook(&c, "items.create", "all", "http://127.0.0.1:9/hook", "json", "s3cret");
+    let (a, b) = (s.admin_client(), s.admin_client());
+    for round in 0..40 {
+        let active = round % 2;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                a.put_json(&format!("/hooks/{id}"), &format!(r#"{{"title": "T{round}"}}"#)).assert_status(200);
+            });
+            scope.spawn(|| {
+                b.put_json(&format!("/hooks/{id}"), &format!(r#"{{"active": {active}}}"#)).assert_status(200);
+            });
+        });
+        let h = c.get_json(&format!("/hooks/{id}")).json();
+        assert_eq!(h["hook"]["title"], format!("T{round}"), "round {round}: {h}");
+        assert_eq!(h["hook"]["active"], active, "round {round}: {h}");
+    }
+}
