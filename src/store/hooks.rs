@@ -16,6 +16,9 @@ use crate::model::hook::{ContentType, Event, Subject, constraint_matches};
 use crate::model::{RecordType, Viewer};
 use crate::timefmt::now_secs;
 
+/// Why the deliveries a deleted hook had pending failed.
+const HOOK_DELETED: &str = "the hook was deleted";
+
 /// A webhook as stored.
 #[derive(Clone, Debug)]
 pub struct Hook {
@@ -299,9 +302,9 @@ impl Store {
             let start = queue_start(tx, id)?;
             tx.exec("UPDATE hooks SET deleted = 1, active = 0, pending = 0, updated = ?2 WHERE id = ?1", (id, now))?;
             tx.exec(
-                "UPDATE deliveries SET state = 2, finished = ?2, last_error = 'the hook was deleted'
+                "UPDATE deliveries SET state = 2, finished = ?2, last_error = ?4
                  WHERE id >= ?3 AND hook_id = ?1 AND state = 0",
-                (id, now, start),
+                (id, now, start, HOOK_DELETED),
             )?;
             Ok(())
         })
@@ -463,6 +466,12 @@ impl Store {
                  WHERE id = ?1 AND state = 0",
             )?;
             let mut leave = tx.prepare_cached("UPDATE hooks SET pending = max(pending - 1, 0) WHERE id = ?1")?;
+            // A delivery the receiver took while its hook was being deleted was delivered.
+            let mut delivered_late = tx.prepare_cached(
+                "UPDATE deliveries SET state = 1, attempts = attempts + 1, finished = ?2, last_status = ?3,
+                                       last_error = ''
+                 WHERE id = ?1 AND state = 2 AND last_error = ?4",
+            )?;
             for a in attempts {
                 let (state, next_at, finished) = match (a.delivered, a.retry_at) {
                     (true, _) => (1, now, Some(now)),
@@ -470,6 +479,9 @@ impl Store {
                     (false, None) => (2, now, Some(now)),
                 };
                 let n = update.execute((a.delivery, state, next_at, finished, a.status.map(i64::from), &a.error))?;
+                if n == 0 && a.delivered {
+                    delivered_late.execute((a.delivery, now, a.status.map(i64::from), HOOK_DELETED))?;
+                }
                 if n > 0 && state != 0 {
                     leave.execute([a.hook_id])?;
                 }

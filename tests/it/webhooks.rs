@@ -783,3 +783,34 @@ fn concurrent_changes_of_one_hook_keep_each_other() {
         assert_eq!(h["hook"]["active"], active, "round {round}: {h}");
     }
 }
+
+/// A hook deleted while the receiver holds one of its deliveries: what the receiver then
+/// takes is recorded as delivered (it was counted as failed, "the hook was deleted", in
+/// `/health` and the metrics), and nothing more is sent.
+#[test]
+fn a_delivery_taken_while_its_hook_is_deleted_counts_as_delivered() {
+    let s = start("delivery_taken_while_hook_deleted");
+    let rx = Receiver::start();
+    rx.answer_after(std::time::Duration::from_secs(5));
+    let c = s.admin_client();
+    let h = hook(&c, "items.create", "all", &rx.url("/in"), "json", "k");
+    c.create("contacts", r#"{"firstname": "First"}"#);
+    wait_for("the delivery on the wire", || (!rx.received().is_empty()).then_some(()));
+    c.create("contacts", r#"{"firstname": "Second"}"#);
+    c.delete(&format!("/hooks/{h}")).assert_status(200);
+    let db = s.dir.join("data/sitegate.db");
+    let states = || -> Vec<(i64, String)> {
+        let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let mut stmt = conn.prepare("SELECT state, last_error FROM deliveries ORDER BY id").unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+    };
+    wait_for("the delivery taken recorded as delivered", || {
+        let now = states();
+        (now.first().map(|d| d.0) == Some(1)).then_some(())
+    });
+    // The second, never sent, failed with the hook; the health counts that one only.
+    assert_eq!(states(), vec![(1, String::new()), (2, "the hook was deleted".to_string())]);
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(health["webhooks"]["failed"], 1, "{health}");
+    assert_eq!(rx.received().len(), 1);
+}
