@@ -343,6 +343,16 @@ impl Store {
             }
             // Its parent must be live again too (restore the parent first).
             load_node(tx, viewer, parent)?;
+            // It comes back at its place: a sibling made there meanwhile, and those after it,
+            // move one on.
+            tx.exec(
+                "UPDATE items SET position = position + 1
+                 WHERE parent = ?1 AND archived IS NULL
+                   AND position >= (SELECT position FROM items WHERE id = ?2)
+                   AND EXISTS (SELECT 1 FROM items s WHERE s.parent = ?1 AND s.archived IS NULL
+                               AND s.position = (SELECT position FROM items WHERE id = ?2))",
+                (parent, id),
+            )?;
             // What its deletion archived lies under the same record (its activities' index).
             tx.exec(
                 "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3

@@ -488,4 +488,15 @@ fn order_and_moves_keep_the_tree() {
     c.delete(&format!("/contacts/tasklist/{list}")).assert_status(200);
     assert!(order(b).is_empty());
     c.put_json(&format!("/contacts/task/{task}"), r#"{"data": {"title": "x"}}"#).assert_status(404);
+    // A deleted note restored comes back at its place; the note made there meanwhile moves on,
+    // and no two share a position (a note placed after one of them went after both).
+    c.delete(&format!("/contacts/note/{n2}")).assert_status(200);
+    let n4 = c.create_activity("note", &format!(r#"{{"parent": {a}, "after": {n1}, "data": {{"details": "four"}}}}"#));
+    c.post_json(&format!("/contacts/note/{n2}/restore"), "{}").assert_status(200);
+    let n5 = c.create_activity("note", &format!(r#"{{"parent": {a}, "after": {n2}, "data": {{"details": "five"}}}}"#));
+    let now = order(a);
+    let ids: Vec<i64> = now.iter().map(|x| x.0).collect();
+    assert_eq!(ids, vec![n3, n0, n1, n2, n5, n4], "{now:?}");
+    let positions: Vec<i64> = now.iter().map(|x| x.2).collect();
+    assert_eq!(positions, vec![1, 2, 3, 4, 5, 6], "{now:?}");
 }
