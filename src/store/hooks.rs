@@ -300,7 +300,10 @@ impl Store {
             load_hook(tx, viewer, id)?;
             let now = now_secs();
             let start = queue_start(tx, id)?;
-            tx.exec("UPDATE hooks SET deleted = 1, active = 0, pending = 0, updated = ?2 WHERE id = ?1", (id, now))?;
+            tx.exec(
+                "UPDATE hooks SET deleted = 1, active = 0, pending = 0, secret = '', updated = ?2 WHERE id = ?1",
+                (id, now),
+            )?;
             tx.exec(
                 "UPDATE deliveries SET state = 2, finished = ?2, last_error = ?4
                  WHERE id >= ?3 AND hook_id = ?1 AND state = 0",
@@ -504,14 +507,38 @@ impl Store {
     }
 
     /// Forgets up to `rows_max` delivered and failed deliveries that finished before `before`
-    /// (Unix seconds), and the payloads no delivery refers to any more. Returns how many
-    /// deliveries it forgot: `rows_max` means there may be more (each call is one short write).
+    /// (Unix seconds), the payloads no delivery refers to any more, and deleted hooks with no
+    /// delivery left. Returns how many deliveries it forgot: `rows_max` means there may be more
+    /// (each call is one short write).
     pub fn purge_deliveries(&self, before: i64, rows_max: u32) -> Result<usize> {
         self.write(|tx| {
-            let n = tx.exec(
-                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state <> 0 AND finished < ?1
-                                                     ORDER BY finished LIMIT ?2)",
-                (before, rows_max),
+            let gone: Vec<(i64, i64)> = tx
+                .prepare_cached(
+                    "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state <> 0 AND finished < ?1
+                                                         ORDER BY finished LIMIT ?2)
+                     RETURNING id, payload_id",
+                )?
+                .query_map((before, rows_max), |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            let n = gone.len();
+            // A payload is shared only by the deliveries of one change, which are consecutive
+            // and at most one per hook of an organisation: one no delivery that near refers to
+            // is no longer referenced (a hook whose queue is stuck holds its own payloads only).
+            let mut unreferenced = tx.prepare_cached(
+                "DELETE FROM payloads WHERE id = ?2 AND NOT EXISTS (
+                     SELECT 1 FROM deliveries WHERE id BETWEEN ?1 - ?3 AND ?1 + ?3 AND payload_id = ?2)",
+            )?;
+            for (delivery, payload) in gone {
+                unreferenced.execute((delivery, payload, limits::WEBHOOKS_PER_ORG_MAX))?;
+            }
+            // A deleted hook goes with its last delivery (its settings, the secret among them,
+            // are of no more use).
+            tx.exec(
+                "DELETE FROM hooks WHERE deleted = 1 AND pending = 0
+                   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.hook_id = hooks.id AND d.state <> 0)
+                   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id >= hooks.head AND d.hook_id = hooks.id
+                                   AND d.state = 0)",
+                [],
             )?;
             // Payloads are written with their deliveries, a change's after every earlier change's,
             // and a change's deliveries are consecutive: those below the least payload of the
@@ -827,6 +854,45 @@ mod tests {
         let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).unwrap() };
         assert_eq!(count("SELECT count(*) FROM deliveries"), 2);
         assert_eq!(count("SELECT count(*) FROM payloads"), 2, "the shared payload stays");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A hook whose oldest delivery stays pending (a receiver gone for good) holds back only
+    /// its own payloads: the other hooks' old deliveries go with theirs. A deleted hook goes
+    /// with its last delivery.
+    #[test]
+    fn a_stuck_hook_holds_back_only_its_own_payloads() {
+        let dir = std::env::temp_dir().join(format!("sitegate-purge-stuck-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("site.db");
+        let store = Store::open(&path).unwrap();
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch(
+            "PRAGMA foreign_keys = OFF;
+             INSERT INTO hooks (id, org, owner, title, active, event, constrainttype, url, contenttype, secret,
+                                created, updated, deleted)
+             VALUES (1, 'acme', 1, 'stuck', 1, 'items.create', 'all', 'http://x', 'json', 's', 0, 0, 0),
+                    (2, 'acme', 1, 'gone', 0, 'items.create', 'all', 'http://y', 'json', '', 0, 0, 1);",
+        )
+        .unwrap();
+        // Delivery 1 (hook 1) is pending; 2..=300 (hook 2, deleted since) finished long ago.
+        for id in 1..=300 {
+            raw.execute("INSERT INTO payloads (id, body) VALUES (?1, x'00')", [id]).unwrap();
+            let (hook, state, finished) = if id == 1 { (1, 0, None) } else { (2, 2, Some(100)) };
+            raw.execute(
+                "INSERT INTO deliveries (id, hook_id, event, object_id, contenttype, payload_id, state, next_at, created,
+                                         finished)
+                 VALUES (?1, ?2, 'items.create', 1, 'json', ?1, ?3, 0, 0, ?4)",
+                (id, hook, state, finished),
+            )
+            .unwrap();
+        }
+        assert_eq!(store.purge_deliveries(1_000, 1_000).unwrap(), 299);
+        let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM payloads"), 1, "only the pending delivery's payload stays");
+        assert_eq!(count("SELECT count(*) FROM hooks WHERE id <> 1"), 0, "the deleted hook went with its deliveries");
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
