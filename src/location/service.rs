@@ -206,6 +206,7 @@ fn run(
     let flush_every = Duration::from_millis(limits::LOCATION_FLUSH_MS);
     let mut last_flush = Instant::now();
     let mut last_purge: Option<Instant> = None;
+    let (mut purged_history, mut purged_alerts) = (0usize, 0usize);
     loop {
         match rx.recv_timeout(flush_every / 4) {
             Ok(advert) => {
@@ -293,22 +294,36 @@ fn run(
         }
         if last_purge.is_none_or(|t| t.elapsed() >= Duration::from_secs(limits::LOCATION_PURGE_INTERVAL_S)) {
             let before = now_ms() - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX);
-            if let Err(e) = store.purge_alerts(before, limits::ALERT_PURGE_ROWS_MAX) {
-                log::warn!("location: cannot purge old alerts: {e}");
-            }
-            match store.purge_locations(before, limits::LOCATION_PURGE_ROWS_MAX) {
-                // A full batch: more next round (each round one short write).
-                Ok(n) if n == limits::LOCATION_PURGE_ROWS_MAX as usize => {}
+            // A full batch of either: more next round (each round short writes), until both
+            // come back short.
+            let alerts_more = match store.purge_alerts(before, limits::ALERT_PURGE_ROWS_MAX) {
                 Ok(n) => {
-                    if n > 0 {
-                        log::info!("location: forgot {n} history rows older than the retention");
-                    }
-                    last_purge = Some(Instant::now());
+                    purged_alerts += n;
+                    n == limits::ALERT_PURGE_ROWS_MAX as usize
+                }
+                Err(e) => {
+                    log::warn!("location: cannot purge old alerts: {e}");
+                    false
+                }
+            };
+            let history_more = match store.purge_locations(before, limits::LOCATION_PURGE_ROWS_MAX) {
+                Ok(n) => {
+                    purged_history += n;
+                    n == limits::LOCATION_PURGE_ROWS_MAX as usize
                 }
                 Err(e) => {
                     log::warn!("location: cannot purge old history: {e}");
-                    last_purge = Some(Instant::now());
+                    false
                 }
+            };
+            if !alerts_more && !history_more {
+                if purged_history > 0 || purged_alerts > 0 {
+                    log::info!(
+                        "location: forgot {purged_history} history rows and {purged_alerts} alerts older than the retention"
+                    );
+                }
+                (purged_history, purged_alerts) = (0, 0);
+                last_purge = Some(Instant::now());
             }
         }
     }

@@ -586,3 +586,49 @@ fn concurrent_changes_of_one_device_keep_each_other() {
         assert_eq!(d["device"]["contactid"], contact, "round {round}: {d}");
     }
 }
+
+/// What is older than `retention_days` goes, however much of it there is: location history,
+/// visits and alerts, in short batches until none is left (alerts went at most 2,000 an
+/// hour, fewer than a site with many tags and a short `repeat_s` raises).
+#[test]
+fn old_location_data_and_alerts_are_purged_at_any_volume() {
+    let config = site_config();
+    let s = Service::start_with("old_location_data_purged", Options { config: &config, env: vec![] });
+    let c = s.admin_client();
+    c.post_json("/devices", &format!(r#"{{"deviceaddress": "5/1/22", "beacon": "ibeacon:{UUID}/5/22"}}"#))
+        .assert_status(201);
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    assert_eq!(s.terminate(), Some(0));
+    let db = dir.join("data/sitegate.db");
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let old = now_ms - 40 * 86_400_000;
+    {
+        let mut conn = rusqlite::Connection::open(&db).unwrap();
+        let tx = conn.transaction().unwrap();
+        for i in 0..12_000i64 {
+            let t = if i < 11_990 { old + i } else { now_ms - i };
+            tx.execute(
+                "INSERT INTO alerts (org, rule, type, device_id, text, value, units, t_ms)
+                 VALUES ('acme', 'battery', 'Monitor', 1, 'Battery low', '2.1', 'V', ?1)",
+                [t],
+            )
+            .unwrap();
+            tx.execute(
+                "INSERT INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi)
+                 VALUES (1, ?1, 21, 0, 0, 'rx-a', -60)",
+                [t],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let s = Service::launch(dir, cfg, &[]);
+    let count = |sql: &str| -> i64 {
+        let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    };
+    wait_for("old alerts and history purged", || {
+        (count("SELECT count(*) FROM alerts") == 10 && count("SELECT count(*) FROM locations") == 10).then_some(())
+    });
+    wait_for("the purge logged", || s.stderr().contains("forgot 11990 history rows and 11990 alerts").then_some(()));
+}
