@@ -24,6 +24,7 @@ pub enum Command {
     CheckConfig(CheckConfig),
     Backup(Backup),
     Restore(Restore),
+    Compact(Compact),
     Replay(Replay),
     Survey(Survey),
     Record(Record),
@@ -331,6 +332,16 @@ pub struct Restore {
     /// the backup to restore
     #[argh(option)]
     pub from: PathBuf,
+}
+
+#[derive(FromArgs, Debug)]
+/// Give the space of purged and deleted data back to the disk (stop the service first; needs
+/// room for a second copy of the database while it runs).
+#[argh(subcommand, name = "compact")]
+pub struct Compact {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(FromArgs, Debug)]

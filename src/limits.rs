@@ -196,6 +196,9 @@ pub const STORE_BATCH_OPEN_MS_MAX: u64 = 20;
 /// read) is written only if the item is still as read; otherwise it is read and made again,
 /// up to this many times (then 503).
 pub const STORE_CHANGED_RETRIES_MAX: usize = 8;
+/// Bytes of write-ahead log kept once it has been checkpointed (`journal_size_limit`): a
+/// larger log is cut back to this size.
+pub const STORE_WAL_BYTES_KEPT_MAX: u64 = 8 * 1024 * 1024;
 /// Failed batch commits remembered for the writes that wait on them.
 pub const STORE_BATCH_FAILURES_KEPT: usize = 64;
 /// `restore` keeps the database it replaces as `<database>.before-restore-<time>`, then `-2`,

@@ -234,13 +234,19 @@ fn open_config(config: Config) -> Result<(Config, std::sync::Arc<store::Store>),
 /// data folder gone, would otherwise look like a site without users or devices).
 fn open_existing(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
     let config = load(path)?;
-    if !config.store.path.exists() {
-        return Err(Failure::Store(StoreError::Internal(format!(
-            "no database at {} (the service makes it at its first start; is this the right --config?)",
-            config.store.path.display()
-        ))));
-    }
+    no_database(&config)?;
     open_config(config)
+}
+
+/// The failure of a command that needs the database when there is none yet.
+fn no_database(config: &Config) -> Result<(), Failure> {
+    if config.store.path.exists() {
+        return Ok(());
+    }
+    Err(Failure::Store(StoreError::Internal(format!(
+        "no database at {} (the service makes it at its first start; is this the right --config?)",
+        config.store.path.display()
+    ))))
 }
 
 /// Store errors a command-line user can fix are usage errors (exit 64).
@@ -286,6 +292,20 @@ fn run(command: Command) -> Result<(), Failure> {
                 println!("kept the previous database as {}", kept.display());
             }
             println!("restored {} ({} bytes, schema {})", copied.path.display(), copied.bytes, copied.schema_version);
+            Ok(())
+        }
+        Command::Compact(c) => {
+            let config = load(c.config.as_deref())?;
+            init_logging(log::LevelFilter::Warn);
+            let _lock = service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
+                service::ServeError::AlreadyRunning(_) => Failure::Serve(service::ServeError::Io(
+                    "the service is running on this database: stop it before compacting".into(),
+                )),
+                other => Failure::Serve(other),
+            })?;
+            no_database(&config)?;
+            let (before, after) = store::compact(&config.store.path).map_err(Failure::Store)?;
+            println!("compacted {}: {before} bytes -> {after} bytes", config.store.path.display());
             Ok(())
         }
         Command::Replay(r) => run_replay(r),

@@ -214,6 +214,29 @@ fn keep_current(db: &Path, kept: &Path) -> Result<PathBuf> {
     Ok(free)
 }
 
+/// Rewrites the database at `db` without the free space purges left in it (SQLite's VACUUM),
+/// so that the file gives that space back to the disk (the service must be stopped). Needs
+/// room for a second copy while it runs. Returns the bytes of the file and its log before
+/// and after.
+pub fn compact(db: &Path) -> Result<(u64, u64)> {
+    let size = || {
+        [db.to_path_buf(), wal_path(db)].iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum::<u64>()
+    };
+    let before = size();
+    let version = check_file(db)?;
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", db.display())))?;
+    conn.busy_timeout(Duration::from_millis(crate::limits::STORE_BUSY_TIMEOUT_MS))?;
+    conn.execute_batch("VACUUM")?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    drop(conn);
+    let after_version = check_file(db)?;
+    if after_version != version {
+        return Err(StoreError::Internal(format!("schema version {version} became {after_version}")));
+    }
+    Ok((before, size()))
+}
+
 /// Checks that a file is an intact sitegate database this version can open; returns its
 /// schema version.
 pub fn check_file(path: &Path) -> Result<i64> {

@@ -42,7 +42,7 @@ pub use activities::{ActivityChanges, NewActivity, Place};
 pub use alerts::{AlertOrder, NewAlert, StoredAlert};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
-pub use maintenance::{backup, restore};
+pub use maintenance::{backup, compact, restore};
 pub use mqtt::MqttUser;
 pub use principals::NewUser;
 pub use records::{
@@ -546,6 +546,10 @@ fn configure(conn: &Connection, writer: bool) -> Result<()> {
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Internal(format!("cannot switch to WAL (journal_mode is {mode})")));
         }
+        // A large write (an upload) or a long read (a backup) grows the log; once it is
+        // checkpointed, the next write cuts it back to this size instead of keeping the most
+        // it ever held.
+        conn.execute_batch(&format!("PRAGMA journal_size_limit = {}", limits::STORE_WAL_BYTES_KEPT_MAX))?;
     }
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
     if !writer {

@@ -156,3 +156,26 @@ fn download_bytes(s: &Service, who: &crate::support::Account, path: &str) -> (u1
     reader.read_exact(&mut body).unwrap();
     (status, body, disposition)
 }
+
+/// A large upload grows the database's write-ahead log; once it is checkpointed the next
+/// writes cut the log back to 8 MiB instead of keeping its largest size until a restart.
+#[test]
+fn the_write_ahead_log_shrinks_after_a_large_upload() {
+    let s = Service::start("the_write_ahead_log_shrinks");
+    let c = s.admin_client();
+    let contact = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    let content = awkward_bytes(14_000_000);
+    let (ct, body) =
+        multipart(&[("parent", &contact.to_string())], Some(("data[file]", "scan.bin", "application/octet-stream", &content)));
+    let r = c.call(Req::new("POST", "/contacts/file").body(&ct, body).json());
+    assert_eq!(r.status, 201, "{}", r.body);
+    let wal = s.dir.join("data/sitegate.db-wal");
+    let size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert!(size() > 14_000_000, "the upload went through the log: {}", size());
+    let mut n = 0;
+    crate::support::wait_for("the log cut back", || {
+        n += 1;
+        c.put_json(&format!("/contacts/{contact}"), &format!(r#"{{"lastname": "L{n}"}}"#)).assert_status(200);
+        (size() <= 8 * 1024 * 1024).then_some(())
+    });
+}

@@ -507,3 +507,42 @@ fn writes_stop_while_the_database_file_is_not_where_it_was() {
     assert_eq!(c.list_ids("/contacts").len(), 2, "Before and After, not Lost");
     assert!(s.stderr().contains("no longer") || s.stderr().contains("is gone"), "{}", s.stderr());
 }
+
+/// `sitegate compact` gives the space of purged rows back to the disk: refused while the
+/// service runs, then the file shrinks and the data is all there.
+#[test]
+fn compact_gives_the_space_of_purged_rows_back() {
+    let s = Service::start("compact_gives_space_back");
+    let admin = s.admin.clone();
+    let kept = s.admin_client().create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let out = s.cli(&["compact"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stop it before compacting"));
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    assert_eq!(s.terminate(), Some(0));
+    // 40,000 history rows written and purged, as the retention does: their pages stay free.
+    let db = dir.join("data/sitegate.db");
+    {
+        let mut conn = rusqlite::Connection::open(&db).unwrap();
+        let tx = conn.transaction().unwrap();
+        for t in 0..40_000i64 {
+            tx.execute(
+                "INSERT INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi)
+                 VALUES (1, ?1, 21, 0, 0, 'a-receiver-with-a-long-name', -60)",
+                [t],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        conn.execute("DELETE FROM locations", []).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
+    }
+    let before = std::fs::metadata(&db).unwrap().len();
+    let out = crate::support::cli_with_config(&cfg, &["compact"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("compacted"));
+    let after = std::fs::metadata(&db).unwrap().len();
+    assert!(after * 2 < before, "{before} bytes -> {after} bytes");
+    let s = Service::launch(dir, cfg, &[]);
+    s.client(&admin).get_json(&format!("/contacts/{kept}")).assert_status(200);
+}
