@@ -335,8 +335,16 @@ pub const MQTT_CLIENT_ID_BYTES_MAX: usize = 128;
 /// Retained messages the broker keeps (device states and clients' own); a new retained topic
 /// beyond it is not kept (logged).
 pub const MQTT_RETAINED_MAX: usize = 100_000;
-/// Payload bytes of all retained messages together; a retained message beyond is not kept.
+/// Bytes of all retained messages together, each counted as its payload, four times its topic
+/// (the broker keeps the topic in its tree, in the message and in this count) and
+/// `MQTT_RETAINED_OVERHEAD_BYTES`; a retained message beyond is not kept.
 pub const MQTT_RETAINED_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub const MQTT_RETAINED_OVERHEAD_BYTES: usize = 256;
+/// Longest topic of a retained message (the feed's are some 40 bytes); a longer one is
+/// delivered but not kept.
+pub const MQTT_RETAINED_TOPIC_BYTES_MAX: usize = 1024;
+/// How often retained messages past their own MQTT 5 expiry are let go.
+pub const MQTT_RETAINED_SWEEP_INTERVAL_MS: u64 = 60_000;
 
 /// Feed messages waiting between the engine and the broker; when full the engine does not
 /// wait: the message is dropped and counted.

@@ -529,15 +529,52 @@ impl Handler for HookHandler {
 #[derive(Default)]
 struct RetainStore {
     inner: DefaultRetainStorage,
-    /// The payload bytes of each retained topic, and their sum: bounded by
-    /// `MQTT_RETAINED_BYTES_MAX` as their number is by `MQTT_RETAINED_MAX`. (A message that
-    /// expires by its own expiry interval is still counted until its topic is set again.)
-    sizes: Mutex<(HashMap<String, usize>, usize)>,
+    /// What each retained topic is counted as (`MQTT_RETAINED_BYTES_MAX`) and when it
+    /// expires, and their sum: bounded by `MQTT_RETAINED_BYTES_MAX` as their number is by
+    /// `MQTT_RETAINED_MAX`.
+    sizes: Mutex<Sizes>,
     /// When a refusal was last logged (one line a minute at most).
     refused_said: Mutex<Option<std::time::Instant>>,
 }
 
+#[derive(Default)]
+struct Sizes {
+    topics: HashMap<String, (usize, Option<std::time::Instant>)>,
+    total: usize,
+    /// When messages past their expiry were last let go.
+    swept: Option<std::time::Instant>,
+}
+
+/// What a retained message counts against `MQTT_RETAINED_BYTES_MAX`.
+fn retained_bytes(topic: &str, payload: usize) -> usize {
+    payload + 4 * topic.len() + limits::MQTT_RETAINED_OVERHEAD_BYTES
+}
+
 impl RetainStore {
+    /// Lets go of the messages past their own expiry, at most every
+    /// `MQTT_RETAINED_SWEEP_INTERVAL_MS` (the broker stops delivering them at once, but
+    /// keeps them until then).
+    async fn sweep(&self) {
+        let now = std::time::Instant::now();
+        {
+            let mut sizes = self.sizes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let every = Duration::from_millis(limits::MQTT_RETAINED_SWEEP_INTERVAL_MS);
+            if sizes.swept.is_some_and(|t| now.duration_since(t) < every) {
+                return;
+            }
+            sizes.swept = Some(now);
+            let Sizes { topics, total, .. } = &mut *sizes;
+            topics.retain(|_, (size, expires)| {
+                let keep = expires.is_none_or(|at| at > now);
+                if !keep {
+                    *total -= *size;
+                }
+                keep
+            });
+        }
+        self.inner.remove_expired_messages().await;
+    }
+
     fn say_refused(&self, why: std::fmt::Arguments<'_>) {
         let mut said = self.refused_said.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
@@ -560,8 +597,18 @@ impl RetainStorage for RetainStore {
             .as_ref()
             .and_then(|p| p.message_expiry_interval)
             .map(|s| Duration::from_secs(u64::from(s.get())));
+        self.sweep().await;
+        let payload = retain.publish.payload.len();
+        if payload > 0 && topic.len() > limits::MQTT_RETAINED_TOPIC_BYTES_MAX {
+            self.say_refused(format_args!(
+                "a retained message's topic of {} bytes is longer than {}; not retained",
+                topic.len(),
+                limits::MQTT_RETAINED_TOPIC_BYTES_MAX
+            ));
+            return Ok(());
+        }
         let count = usize::try_from(self.inner.count().await).unwrap_or(0);
-        let size = retain.publish.payload.len();
+        let size = if payload == 0 { 0 } else { retained_bytes(topic, payload) };
         if count >= limits::MQTT_RETAINED_MAX && size > 0 {
             let filter = TopicFilter::from(topic.to_string());
             if self.inner.get_message(&filter).await.map(|v| v.is_empty()).unwrap_or(true) {
@@ -574,21 +621,23 @@ impl RetainStorage for RetainStore {
         }
         {
             let mut sizes = self.sizes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (map, total) = &mut *sizes;
-            let old = map.get(&**topic).copied().unwrap_or(0);
+            let Sizes { topics, total, .. } = &mut *sizes;
+            let old = topics.get(&**topic).map_or(0, |t| t.0);
             if size > old && *total - old + size > limits::MQTT_RETAINED_BYTES_MAX {
                 drop(sizes);
                 self.say_refused(format_args!(
-                    "retained messages hold {} bytes already; {topic:?} (and others) not retained",
-                    limits::MQTT_RETAINED_BYTES_MAX
+                    "retained messages hold {} bytes already; {:?} (and others) not retained",
+                    limits::MQTT_RETAINED_BYTES_MAX,
+                    topic.chars().take(100).collect::<String>()
                 ));
                 return Ok(());
             }
             *total = *total - old + size;
             if size == 0 {
-                map.remove(&**topic);
+                topics.remove(&**topic);
             } else {
-                map.insert(topic.to_string(), size);
+                let expires = own_expiry.map(|e| std::time::Instant::now() + e);
+                topics.insert(topic.to_string(), (size, expires));
             }
         }
         self.inner.set_with_timeout(topic, retain, own_expiry).await

@@ -788,6 +788,16 @@ fn retained_messages_are_bounded_in_bytes() {
     publisher.publish("acme/done", "y");
     check.next_publish(Duration::from_secs(60)).expect("the second marker");
     assert_eq!(count_retained("late-2"), kept);
+    // A retained message with a long topic (which the broker holds several times over) is
+    // delivered to those subscribed but not kept.
+    let long = format!("acme/long/{}", "t".repeat(2_000));
+    check.subscribe("acme/long/#");
+    publisher.client.publish(long.clone(), QoS::AtLeastOnce, true, b"small".to_vec()).unwrap();
+    let got = check.next_publish(Duration::from_secs(60)).expect("the long topic delivered");
+    assert_eq!(got.topic, long);
+    let late = connect(mqtt_addr(&s), "late-3", "intercom", &password).unwrap();
+    late.subscribe("acme/long/#");
+    assert!(late.next_publish(Duration::from_secs(3)).is_none(), "a long topic was retained");
 }
 
 /// A message the upstream refuses (here: larger than its packet limit, an alert with its
