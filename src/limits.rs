@@ -76,6 +76,11 @@ pub const WEBHOOK_SHUTDOWN_WAIT_MS: u64 = 5_000;
 
 // --- Runtime -------------------------------------------------------------------------------
 
+/// File descriptors kept for what is not a client connection (the database, logs, webhook
+/// and upstream connections, BlueZ): the open-files limit must cover this and every
+/// connection `connections_max` allows.
+pub const PROCESS_FILES_RESERVED: usize = 256;
+
 /// Async runtime threads (connections, TLS, timers).
 pub const RUNTIME_WORKER_THREADS: usize = 2;
 /// Threads for blocking work on the runtime (the watchdog's database probe).

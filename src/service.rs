@@ -98,9 +98,43 @@ pub fn open_store(config: &Config) -> Result<Arc<Store>, crate::store::StoreErro
     Ok(Arc::new(store))
 }
 
+/// Makes room for the connections the configuration allows: each holds a file descriptor
+/// (an MQTT persistent session even while its client is away), and when they run out the
+/// HTTP API can no longer accept. Raises the soft limit as far as the hard one allows; says
+/// so when that is not enough.
+fn open_files_for(config: &Config) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let listeners = 1 + usize::from(config.http.tls.is_some());
+    let mqtt = if config.mqtt.enabled { config.mqtt.broker.connections_max } else { 0 };
+    let needed = u64::try_from(config.http.connections_max * listeners + mqtt + limits::PROCESS_FILES_RESERVED)
+        .unwrap_or(u64::MAX);
+    let limit = getrlimit(Resource::Nofile);
+    let soft = limit.current.unwrap_or(u64::MAX);
+    if soft >= needed {
+        return;
+    }
+    let raised = limit.maximum.map_or(needed, |hard| hard.min(needed));
+    if raised > soft && setrlimit(Resource::Nofile, Rlimit { current: Some(raised), maximum: limit.maximum }).is_ok() {
+        log::info!("open files: the limit was {soft}; raised to {raised} for the connections allowed");
+        if raised >= needed {
+            return;
+        }
+    }
+    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    log::warn!(
+        "open files: the limit is {now}, below the {needed} that http.connections_max ({}{}), \
+         mqtt.connections_max ({mqtt}) and {} for the database and the rest need: with that many clients, \
+         new connections (the API's too) are refused; raise LimitNOFILE or lower connections_max",
+        config.http.connections_max,
+        if listeners > 1 { " on each of 2 listeners" } else { "" },
+        limits::PROCESS_FILES_RESERVED
+    );
+}
+
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let _lock = InstanceLock::acquire(&config.store.path)?;
+    open_files_for(&config);
     let notifier = Arc::new(systemd::Notifier::from_env());
     let store = open_store(&config)?;
     let metrics = Arc::new(Metrics::new());

@@ -165,8 +165,10 @@ fn the_write_ahead_log_shrinks_after_a_large_upload() {
     let c = s.admin_client();
     let contact = c.create("contacts", r#"{"firstname": "Ann"}"#);
     let content = awkward_bytes(14_000_000);
-    let (ct, body) =
-        multipart(&[("parent", &contact.to_string())], Some(("data[file]", "scan.bin", "application/octet-stream", &content)));
+    let (ct, body) = multipart(
+        &[("parent", &contact.to_string())],
+        Some(("data[file]", "scan.bin", "application/octet-stream", &content)),
+    );
     let r = c.call(Req::new("POST", "/contacts/file").body(&ct, body).json());
     assert_eq!(r.status, 201, "{}", r.body);
     let wal = s.dir.join("data/sitegate.db-wal");

@@ -546,3 +546,43 @@ fn compact_gives_the_space_of_purged_rows_back() {
     let s = Service::launch(dir, cfg, &[]);
     s.client(&admin).get_json(&format!("/contacts/{kept}")).assert_status(200);
 }
+
+/// The service under `prlimit` open-file limits: it raises its soft limit to what the
+/// connections it allows need, as far as the hard limit goes, and says in the journal when
+/// that is not enough (clients beyond would take the descriptors the API needs to accept).
+#[test]
+fn the_open_files_limit_is_raised_for_the_connections_allowed() {
+    let bin = env!("CARGO_BIN_EXE_sitegate");
+    let start = |name: &str, config: &str, soft: u32, hard: u32| -> Service {
+        let dir = test_dir(name);
+        let config_path = dir.join("config.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", r#"ulimit -Sn "$2" && ulimit -Hn "$1" && exec "$3" serve --config "$4""#, "sh"])
+            .arg(hard.to_string())
+            .arg(soft.to_string())
+            .arg(bin)
+            .arg(&config_path);
+        Service::launch_command(dir, config_path, cmd)
+    };
+    let soft_limit = |s: &Service| -> u64 {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.pid())).unwrap();
+        let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_string();
+        line.split_whitespace().nth(3).unwrap().parse().unwrap()
+    };
+    // 100 + 100 connections and 256 for the rest: 456, within the hard limit.
+    let small = BASE_CONFIG
+        .replace("workers = 2", "workers = 2\nconnections_max = 100")
+        .replace("[mqtt]\n", "[mqtt]\nconnections_max = 100\n");
+    let s = start("open_files_raised", &small, 300, 1024);
+    assert_eq!(soft_limit(&s), 456, "{}", s.stderr());
+    assert!(s.stderr().contains("raised to 456"), "{}", s.stderr());
+    // The defaults (1024 HTTP and 1000 MQTT connections) under a hard limit of 1024: raised as
+    // far as it goes, and said.
+    let s = start("open_files_short", BASE_CONFIG, 512, 1024);
+    assert_eq!(soft_limit(&s), 1024);
+    let warning = wait_for("the warning", || {
+        s.stderr().lines().find(|l| l.contains("open files: the limit is")).map(str::to_string)
+    });
+    assert!(warning.contains("raise LimitNOFILE or lower connections_max"), "{warning}");
+}
