@@ -104,6 +104,16 @@ pub fn read_csv(input: impl std::io::Read) -> Result<Vec<Device>, String> {
     Ok(out)
 }
 
+/// What a reload changed that the engine must follow.
+#[derive(Debug, Default, PartialEq)]
+pub struct Reloaded {
+    /// Slots whose device is gone: their engine state is to be forgotten now (they go to new
+    /// devices from the next reload on, so nothing the old device left behind reaches them).
+    pub freed: Vec<usize>,
+    /// New devices beyond `LOCATION_DEVICES_MAX`, not followed.
+    pub skipped: usize,
+}
+
 /// What an advert is, once matched.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Identified {
@@ -117,12 +127,17 @@ pub struct Identified {
 /// MAC.
 ///
 /// Each device has a slot (the engine's device index) that stays the same across reloads, so
-/// the engine's state survives devices being added or changed.
+/// the engine's state survives devices being added or changed. The slot of a device that is
+/// gone is given to a new device from the next reload on (its engine state forgotten first:
+/// see [`Reloaded`]), so that slots are bounded by the devices there are, not by every
+/// device there ever was.
 pub struct Registry {
     slots: Vec<Option<Device>>,
     /// The key (database id) of each slot.
     keys: Vec<i64>,
     slot_of_key: HashMap<i64, usize>,
+    /// Slots freed by an earlier reload, to be given to new devices.
+    free: Vec<usize>,
     by_beacon: HashMap<BeaconId, usize>,
     /// MACs seen sending a registered Eddystone-UID (for pairing TLM frames).
     uid_macs: HashMap<Mac, usize>,
@@ -135,6 +150,7 @@ impl Registry {
             slots: Vec::new(),
             keys: Vec::new(),
             slot_of_key: HashMap::new(),
+            free: Vec::new(),
             by_beacon: HashMap::new(),
             uid_macs: HashMap::new(),
         };
@@ -143,26 +159,45 @@ impl Registry {
     }
 
     /// Replaces the devices; known keys keep their slots.
-    pub fn reload(&mut self, devices: Vec<(i64, Device)>) {
+    pub fn reload(&mut self, devices: Vec<(i64, Device)>) -> Reloaded {
         self.slots.iter_mut().for_each(|s| *s = None);
         self.by_beacon.clear();
         self.uid_macs.clear();
+        let present: std::collections::HashSet<i64> = devices.iter().map(|(k, _)| *k).collect();
+        let mut freed: Vec<usize> = Vec::new();
+        self.slot_of_key.retain(|key, slot| {
+            let keep = present.contains(key);
+            if !keep {
+                freed.push(*slot);
+            }
+            keep
+        });
+        freed.sort_unstable();
+        let mut skipped = 0;
         for (key, device) in devices {
             let slot = match self.slot_of_key.get(&key) {
                 Some(&slot) => slot,
                 None => {
-                    if self.slots.len() >= limits::LOCATION_DEVICES_MAX {
+                    let slot = if let Some(slot) = self.free.pop() {
+                        self.keys[slot] = key;
+                        slot
+                    } else if self.slots.len() < limits::LOCATION_DEVICES_MAX {
+                        self.slots.push(None);
+                        self.keys.push(key);
+                        self.slots.len() - 1
+                    } else {
+                        skipped += 1;
                         continue;
-                    }
-                    self.slots.push(None);
-                    self.keys.push(key);
-                    self.slot_of_key.insert(key, self.slots.len() - 1);
-                    self.slots.len() - 1
+                    };
+                    self.slot_of_key.insert(key, slot);
+                    slot
                 }
             };
             self.by_beacon.entry(device.beacon).or_insert(slot);
             self.slots[slot] = Some(device);
         }
+        self.free.extend_from_slice(&freed);
+        Reloaded { freed, skipped }
     }
 
     /// The device in a slot (None: removed since).
@@ -278,8 +313,49 @@ mod tests {
         assert_eq!(r.identify(&advert(mac2, vec![])).map(|i| i.device), Some(1));
         assert_eq!(r.identify(&advert(Mac([9; 6]), vec![])), None);
         // A reload keeps slots by key, and a removed device is no longer matched.
-        r.reload(vec![(20, device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap()))]);
+        let reloaded = r.reload(vec![(20, device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap()))]);
+        assert_eq!(reloaded, Reloaded { freed: vec![0], skipped: 0 });
         assert_eq!(r.identify(&advert(mac2, vec![])).map(|i| i.device), Some(1));
         assert_eq!((r.key(1), r.device(0)), (Some(20), None));
+        // The freed slot goes to the next new device, from the next reload on.
+        let mac3 = BeaconId::parse("mac:AA:BB:CC:DD:EE:03").unwrap();
+        r.reload(vec![
+            (20, device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap())),
+            (30, device("1/1/3", mac3)),
+        ]);
+        assert_eq!((r.key(0), r.device(0).map(|d| d.deviceaddress.as_str())), (Some(30), Some("1/1/3")));
+    }
+
+    /// Devices added and deleted one after another, far more of them over time than
+    /// `LOCATION_DEVICES_MAX`: each new one is still followed (slots were never given back,
+    /// and past the bound new devices were silently not located until a restart).
+    #[test]
+    fn slots_of_deleted_devices_are_reused() {
+        let device = |n: u32| Device {
+            deviceaddress: format!("1/{}/{}", n / 1000, n % 1000),
+            deviceid: format!("d{n}"),
+            label: String::new(),
+            tagtype: None,
+            beacon: BeaconId::Mac(Mac([0, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8, 1])),
+            contactid: None,
+        };
+        let mut r = Registry::new(Vec::new());
+        let rounds = u32::try_from(limits::LOCATION_DEVICES_MAX).unwrap() + 10;
+        for n in 0..rounds {
+            let reloaded = r.reload(vec![(i64::from(n), device(n))]);
+            assert_eq!(reloaded.skipped, 0, "device {n} not followed");
+        }
+        assert!(r.slots.len() <= 2, "{} slots", r.slots.len());
+        let last = rounds - 1;
+        let advert = Advert {
+            t_ms: 0,
+            receiver: "hci0".into(),
+            mac: Mac([0, 0, (last >> 16) as u8, (last >> 8) as u8, last as u8, 1]),
+            rssi: -60,
+            mfg: vec![],
+            svc: vec![],
+        };
+        let slot = r.identify(&advert).expect("the newest device is matched").device;
+        assert_eq!(r.key(slot), Some(i64::from(last)));
     }
 }

@@ -241,6 +241,13 @@ impl Engine {
         &self.settings
     }
 
+    /// Forgets a device (its slot is given to another device later).
+    pub fn forget(&mut self, device: usize) {
+        if let Some(state) = self.devices.get_mut(device) {
+            *state = DeviceState::default();
+        }
+    }
+
     /// One reading of a device by a receiver. Readings must come in time order (a reading
     /// older than the device's newest is taken as of that newest time).
     pub fn reading(&mut self, t_ms: i64, device: usize, receiver: usize, rssi_dbm: i16, out: &mut Vec<Output>) {

@@ -236,7 +236,17 @@ fn run(
                 && v != version
             {
                 version = v;
-                pipeline.registry.reload(load_registry(store));
+                let reloaded = pipeline.registry.reload(load_registry(store));
+                for slot in reloaded.freed {
+                    pipeline.engine.forget(slot);
+                }
+                if reloaded.skipped > 0 {
+                    log::warn!(
+                        "location: {} devices beyond {} are not followed",
+                        reloaded.skipped,
+                        limits::LOCATION_DEVICES_MAX
+                    );
+                }
                 log::info!("location: devices changed; the engine follows");
                 refresh_devices(store, feed.as_mut(), &mut alerts);
                 last_feed_refresh = Instant::now();
