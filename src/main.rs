@@ -225,7 +225,7 @@ fn open_admin(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<
 
 fn open_config(config: Config) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
     init_logging(log::LevelFilter::Warn);
-    let store = service::open_store(&config)?;
+    let store = service::open_store_current(&config)?;
     Ok((config, store))
 }
 
@@ -341,7 +341,8 @@ fn run_cert(command: cli::CertCommand) -> Result<(), Failure> {
             mqtt::certs::init(&dir_of(&config, i.dir), &hosts, i.force).map_err(Failure::Usage)?
         }
         cli::CertCommand::Client(c) => {
-            let (config, store) = open_admin(c.config.as_deref())?;
+            let config = load(c.config.as_deref())?;
+            init_logging(log::LevelFilter::Warn);
             let name_ok = !c.name.is_empty()
                 && c.name.len() <= 64
                 && c.name.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '_'))
@@ -349,7 +350,7 @@ fn run_cert(command: cli::CertCommand) -> Result<(), Failure> {
             if !name_ok {
                 return Err(Failure::Usage("--name is 1..64 letters, digits, '.', '-' or '_'".into()));
             }
-            if !store.organization_exists(&c.org)? {
+            if !config.organizations.iter().any(|o| o.id == c.org) {
                 return Err(Failure::Usage(format!("no organisation {:?}", c.org)));
             }
             let dir = dir_of(&config, c.dir);
@@ -427,7 +428,8 @@ fn replay_devices(
             (location::devices::Registry::new((0..).zip(devices).collect()), None)
         }
         None => {
-            let store = service::open_store(config)?;
+            no_database(config)?;
+            let store = service::open_store_current(config)?;
             let devices = store.devices(None)?.into_iter().map(|d| (d.id, d.device)).collect();
             (location::devices::Registry::new(devices), Some(store))
         }

@@ -91,9 +91,18 @@ pub fn kept_path(db: &Path, what: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Opens the store and makes its organisations match the configuration.
+/// Opens the store (migrating an earlier schema) and makes its organisations match the
+/// configuration.
 pub fn open_store(config: &Config) -> Result<Arc<Store>, crate::store::StoreError> {
     let store = Store::open(&config.store.path)?;
+    store.sync_organizations(&config.organizations)?;
+    Ok(Arc::new(store))
+}
+
+/// As [`open_store`] for the commands other than `serve`: an earlier schema is refused, not
+/// migrated ([`Store::open_current`]).
+pub fn open_store_current(config: &Config) -> Result<Arc<Store>, crate::store::StoreError> {
+    let store = Store::open_current(&config.store.path)?;
     store.sync_organizations(&config.organizations)?;
     Ok(Arc::new(store))
 }

@@ -172,16 +172,23 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store> {
+        Store::open_with(path, true)
+    }
+
+    /// As [`Store::open`], for the commands other than `serve`: a database of an earlier
+    /// schema is refused rather than migrated (the service of the earlier version may be
+    /// running on it; the new version's first start migrates it, with a backup).
+    pub fn open_current(path: &Path) -> Result<Store> {
+        Store::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, migrate_existing: bool) -> Result<Store> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let created = !path.exists();
         let writer =
             Connection::open(path).map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
-        if created {
-            restrict_permissions(path);
-        }
         // A damaged or foreign file fails here: the message names it.
         let named = |e: StoreError| match e {
             StoreError::Internal(m) if !m.contains(&*path.to_string_lossy()) => {
@@ -189,6 +196,32 @@ impl Store {
             }
             other => other,
         };
+        // Looked at before anything is written (the switch to WAL rewrites the header).
+        writer.busy_timeout(Duration::from_millis(limits::STORE_BUSY_TIMEOUT_MS))?;
+        let version: i64 = writer.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| named(e.into()))?;
+        if version == 0 {
+            // A new database (or an empty file): sitegate's, readable by the service only. A
+            // file with tables of its own is some other program's: left as it is.
+            let objects: i64 = writer
+                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+                .map_err(|e| named(e.into()))?;
+            if objects > 0 {
+                return Err(StoreError::Internal(format!(
+                    "{} is an SQLite database of something else (it has {objects} tables and other objects, and no \
+                     sitegate schema): left as it is; set [store] path to a new file, or restore a sitegate backup",
+                    path.display()
+                )));
+            }
+            restrict_permissions(path);
+        } else if !migrate_existing && version < schema::MIGRATIONS.len() as i64 {
+            return Err(StoreError::Internal(format!(
+                "{} has schema version {version}, older than this sitegate's ({}): start the service of this \
+                 version (`sitegate serve`, or restart the unit) to migrate it first; commands do not migrate, \
+                 since the earlier version's service may be running on it",
+                path.display(),
+                schema::MIGRATIONS.len()
+            )));
+        }
         configure(&writer, true).map_err(named)?;
         migrate(&writer, path, schema::MIGRATIONS).map_err(named)?;
         let file_id = std::fs::metadata(path).ok().map(|m| {

@@ -110,6 +110,35 @@ fn serve_refuses_a_file_that_is_not_a_database_and_names_it() {
     assert_eq!(std::fs::read(dir.join("data/sitegate.db")).unwrap(), junk);
 }
 
+/// Another program's SQLite database at `[store] path` (a wrong path) is left as it is, by
+/// the service and by commands alike; an empty file there becomes the site's database,
+/// readable by the service only.
+#[test]
+fn another_programs_database_is_left_alone() {
+    let dir = test_dir("another_programs_database_is_left_alone");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let db = dir.join("data/sitegate.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("CREATE TABLE customers (name TEXT); INSERT INTO customers VALUES ('x');").unwrap();
+    }
+    let before = std::fs::read(&db).unwrap();
+    std::fs::write(dir.join("config.toml"), BASE_CONFIG).unwrap();
+    for args in [&["serve"][..], &["user", "add", "--email", "a@example.com", "--name", "A"]] {
+        let out = cli_with_config(&dir.join("config.toml"), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("an SQLite database of something else"), "{args:?}: {err}");
+        assert!(std::fs::read(&db).unwrap() == before, "{args:?} changed it");
+    }
+    std::fs::write(&db, b"").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = cli_with_config(&dir.join("config.toml"), &["user", "add", "--email", "a@example.com", "--name", "A"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(&db).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
 #[test]
 fn check_config_resolves_paths_relative_to_the_file() {
     let dir = test_dir("check_config_resolves_paths_relative_to_the_file");
@@ -217,13 +246,27 @@ fn serve_fails_clearly_when_the_port_is_taken() {
 fn list_commands_do_not_create_a_database() {
     let dir = test_dir("list_commands_do_not_create_a_database");
     std::fs::write(dir.join("config.toml"), BASE_CONFIG).unwrap();
-    for args in [&["user", "list"][..], &["device", "list"], &["group", "list"], &["mqtt-user", "list"]] {
+    std::fs::write(dir.join("empty.jsonl"), "").unwrap();
+    let trace = dir.join("empty.jsonl");
+    let trace = trace.to_str().unwrap();
+    for args in [
+        &["user", "list"][..],
+        &["device", "list"],
+        &["group", "list"],
+        &["mqtt-user", "list"],
+        &["replay", "--trace", trace],
+        &["compact"],
+    ] {
         let out = cli_with_config(&dir.join("config.toml"), args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains("no database at"), "{args:?}: {err}");
         assert!(!dir.join("data/sitegate.db").exists(), "{args:?} made a database");
     }
+    // A client certificate needs no database either (it did make an empty one).
+    let out = cli_with_config(&dir.join("config.toml"), &["cert", "client", "--org", "acme", "--name", "x"]);
+    assert!(!out.status.success());
+    assert!(!dir.join("data/sitegate.db").exists(), "cert client made a database");
     // Adding a user is how a site may begin: that makes the database.
     let out = cli_with_config(&dir.join("config.toml"), &["user", "add", "--email", "a@example.com", "--name", "A"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -48,6 +48,33 @@ fn account(accounts: &Value, email: &str) -> Account {
     Account { email: email.into(), token: accounts[email].as_str().unwrap().into() }
 }
 
+/// Commands other than `serve` do not migrate an earlier database: the earlier version's
+/// service may still be running on it (a new binary installed, not yet restarted), and would
+/// go on with a schema it does not know. They say what to do, and change nothing.
+#[test]
+fn commands_leave_an_earlier_database_to_the_service() {
+    let (dir, db) = upgraded_dir("upgrade_commands_leave_it");
+    let before = std::fs::read(&db).unwrap();
+    for args in
+        [&["user", "list"][..], &["user", "add", "--email", "new@acme.test", "--name", "New"], &["device", "list"]]
+    {
+        let out = crate::support::cli_with_config(&dir.join("config.toml"), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&format!("has schema version {FIXTURE_SCHEMA}, older than")), "{args:?}: {err}");
+        assert!(err.contains("start the service"), "{args:?}: {err}");
+    }
+    assert_eq!(user_version(&db), FIXTURE_SCHEMA);
+    assert_eq!(std::fs::read(&db).unwrap(), before, "a command changed the earlier database");
+    let kept = std::fs::read_dir(dir.join("data"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".bak"));
+    assert_eq!(kept.count(), 0);
+    // The service migrates it; then the commands work.
+    let s = Service::launch(dir.clone(), dir.join("config.toml"), &[]);
+    assert!(s.cli(&["user", "list"]).status.success());
+}
+
 #[test]
 fn an_earlier_database_is_backed_up_migrated_and_served_as_before() {
     let (dir, _) = upgraded_dir("upgrade");
