@@ -62,6 +62,19 @@ impl InstanceLock {
             Some(std::fs::canonicalize(dir).ok()?.join(db.file_name()?))
         });
         let db = real.as_deref().unwrap_or(db);
+        // A hard link is another name the lock cannot see: two services through two names
+        // would each acknowledge writes that only one file keeps.
+        if let Ok(m) = std::fs::metadata(db) {
+            use std::os::unix::fs::MetadataExt;
+            if m.nlink() > 1 {
+                return Err(ServeError::Io(format!(
+                    "{} has {} hard links: it must have one name (a second service through another name would \
+                     lose writes); remove the other links",
+                    db.display(),
+                    m.nlink()
+                )));
+            }
+        }
         let mut name = db.as_os_str().to_owned();
         name.push(".lock");
         let path = PathBuf::from(name);

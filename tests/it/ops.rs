@@ -153,6 +153,18 @@ fn one_service_per_database() {
         assert_eq!(out.status.code(), Some(1), "{path}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stderr).contains("another sitegate serves this database"));
     }
+    // A hard link is a name the lock cannot follow: refused (two services through two names
+    // both answered 201, and only one's writes were kept).
+    std::fs::hard_link(s.dir.join("data/sitegate.db"), other.join("hard.db")).unwrap();
+    let config = other.join("hard.toml");
+    std::fs::write(&config, BASE_CONFIG.replace("path = \"data/sitegate.db\"", "path = \"hard.db\"")).unwrap();
+    let out = crate::support::cli_with_config(&config, &["serve"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has 2 hard links"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     s.admin_client().get("/contacts").assert_status(200);
 }
 
