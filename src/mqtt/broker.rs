@@ -367,17 +367,20 @@ impl Hooks {
                 return AuthResult::BadUsernameOrPassword;
             };
             let peer = ci.ipaddress().map(|a| a.ip());
+            let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
             let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
             if let crate::auth::Gate::Locked(_) = self.throttle.gate(peer, now_ms) {
-                log::info!("mqtt: refused {username:?} from {peer:?}: locked out after failed logins");
+                // Said once, when the address was locked out: a client retrying in a loop
+                // would otherwise write a line per attempt.
+                log::debug!("mqtt: refused {username:?} from {from}: locked out after failed logins");
                 return AuthResult::NotAuthorized;
             }
             match self.check_password(&username, password).await {
                 Some(p) => p,
                 None => {
-                    log::info!("mqtt: refused {username:?} from {peer:?}: bad username or password");
+                    log::info!("mqtt: refused {username:?} from {from}: bad username or password");
                     if self.throttle.failed(peer, now_ms) {
-                        log::warn!("mqtt: failed logins from {peer:?}: address locked out");
+                        log::warn!("mqtt: failed logins from {from}: address locked out");
                     }
                     return AuthResult::BadUsernameOrPassword;
                 }

@@ -235,9 +235,15 @@ fn failed_mqtt_logins_count_towards_the_same_lockout() {
         assert!(refused.is_some(), "a wrong password was accepted");
     }
     // 127.0.0.1 is locked out now: the right password and the right API token are refused.
-    let refused = crate::mqtt::connect(addr, "right", "intercom-1", &password).err();
-    assert!(refused.is_some(), "a locked-out address was let in");
+    for i in 0..5 {
+        let refused = crate::mqtt::connect(addr, &format!("right-{i}"), "intercom-1", &password).err();
+        assert!(refused.is_some(), "a locked-out address was let in");
+    }
     s.admin_client().get("/contacts").assert_status(429);
+    // The journal names the address once for the lockout, not once for each refused retry.
+    let log = s.stderr();
+    assert_eq!(log.matches("failed logins from 127.0.0.1: address locked out").count(), 1, "{log}");
+    assert_eq!(log.matches("mqtt: refused").count(), 3, "{log}");
     // Another address is not.
     let admin = basic(&s.admin.email, &s.admin.token);
     call_from("127.0.0.2", s.addr, &admin, "/contacts").assert_status(200);
