@@ -623,6 +623,36 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     })?;
     let alert_rules = crate::alerts::rules::resolve_rules(&raw.alert_rules, &site_map)?;
 
+    // The listeners: no two on one port of one address (the second could not start).
+    let mut listeners: Vec<(&str, SocketAddr)> = vec![("http.listen", listen)];
+    if let Some(t) = &tls {
+        listeners.push(("http.tls_listen", t.listen));
+    }
+    if mqtt.enabled {
+        listeners.push(("mqtt.listen", mqtt.broker.listen));
+        if let Some(t) = &mqtt.broker.tls {
+            listeners.push(("mqtt.tls_listen", t.listen));
+            if let Some((addr, _)) = &t.client_cert {
+                listeners.push(("mqtt.client_cert_listen", *addr));
+            }
+        }
+    }
+    for (i, (key, a)) in listeners.iter().enumerate() {
+        for (other, b) in &listeners[..i] {
+            let overlap = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
+            if a.port() != 0 && a.port() == b.port() && overlap && a.is_ipv4() == b.is_ipv4() {
+                return Err(ConfigError::new(*key, format!("{a} is also {other}'s address: each listener needs its own port")));
+            }
+        }
+    }
+    let store_file = relative(store_path);
+    if store_file.is_dir() {
+        return Err(ConfigError::new(
+            "store.path",
+            format!("{} is a folder: name the database file in it (e.g. data/sitegate.db)", store_file.display()),
+        ));
+    }
+
     Ok(Config {
         source: source.map(Path::to_path_buf),
         http: HttpConfig {
@@ -640,7 +670,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             tls,
             metrics_token,
         },
-        store: StoreConfig { path: relative(store_path) },
+        store: StoreConfig { path: store_file },
         api: ApiConfig { quota_calls_per_hour, login_failures_max, login_lockout_s },
         site: SiteConfig { timezone_name, timezone },
         log: LogConfig { level },

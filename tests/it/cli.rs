@@ -71,10 +71,14 @@ fn configuration_errors_exit_78_and_name_the_key() {
         ("[mqtt]\nbridge_url = \"mqtt://user:pw@127.0.0.1:1883\"\n", "mqtt.bridge_url"),
         ("[mqtt]\nbridge_url = \"mqtt://127.0.0.1:\"\n", "mqtt.bridge_url"),
         ("[webhooks]\nca = \"no-certificate.pem\"\n", "webhooks.ca"),
+        ("[http]\nlisten = \"127.0.0.1:18080\"\n[mqtt]\nlisten = \"127.0.0.1:18080\"\n", "mqtt.listen"),
+        ("[http]\nlisten = \"0.0.0.0:18080\"\n[mqtt]\nlisten = \"127.0.0.1:18080\"\n", "mqtt.listen"),
+        ("[store]\npath = \"a-folder\"\n", "store.path"),
         ("[http\nbroken", ""),
     ];
     std::fs::write(dir.join("no-certificate.pem"), "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
         .unwrap();
+    std::fs::create_dir_all(dir.join("a-folder")).unwrap();
     for (text, key) in cases {
         let path = dir.join("config.toml");
         std::fs::write(&path, text).unwrap();
