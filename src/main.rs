@@ -547,7 +547,12 @@ fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
             if let Some(t) = devices.iter().filter_map(|d| d.tagtype).find(|t| config.site_map.tag_type(*t).is_none()) {
                 return Err(Failure::Data(format!("{}: {t} is not a tag type of the site map", i.file.display())));
             }
-            let n = store.import_devices(&org, &devices).map_err(usage)?;
+            let n = store.import_devices(&org, &devices).map_err(|e| match e {
+                StoreError::Duplicate(m) | StoreError::BadReference(m) => {
+                    Failure::Data(format!("{}: {m}; nothing imported", i.file.display()))
+                }
+                other => Failure::Store(other),
+            })?;
             println!("imported {n} devices");
         }
         cli::DeviceCommand::List(l) => {

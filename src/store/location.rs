@@ -177,12 +177,18 @@ impl Store {
         self.device(Some(org), id)
     }
 
-    /// Several devices in one transaction: all or none.
+    /// Several devices in one transaction: all or none. A refusal names the device's line of
+    /// a CSV file (the first device is on line 2, below the header).
     pub fn import_devices(&self, org: &str, devices: &[Device]) -> Result<usize> {
         self.write(|tx| {
             let now = now_secs();
-            for d in devices {
-                insert_device(tx, org, d, now)?;
+            for (i, d) in devices.iter().enumerate() {
+                let line = i + 2;
+                insert_device(tx, org, d, now).map(drop).map_err(|e| match e {
+                    StoreError::Duplicate(m) => StoreError::Duplicate(format!("line {line}: {m}")),
+                    StoreError::BadReference(m) => StoreError::BadReference(format!("line {line}: {m}")),
+                    other => other,
+                })?;
             }
             Ok(devices.len())
         })

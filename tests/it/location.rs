@@ -135,7 +135,9 @@ fn devices_from_the_command_line() {
     )
     .unwrap();
     let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{err}");
+    assert!(err.contains("line 3: a device with beacon") && err.contains("nothing imported"), "{err}");
     // A column the import does not know is refused, not ignored.
     std::fs::write(&csv, "deviceaddress,beacon,contact_id\n8/1/1,mac:AA:BB:CC:DD:EE:81,1\n").unwrap();
     let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
