@@ -179,10 +179,12 @@ impl AddressKey {
 ///
 /// A failure is a presented credential that does not authenticate (a missing one is not: many
 /// clients ask without credentials first). The `failures_max`-th failure from an address
-/// within `lockout` locks the address out for `lockout`: every credential it presents is
-/// refused unchecked (API 429 with Retry-After, MQTT "not authorized") until then. A right
-/// credential does not reset the count, so an attacker holding one account cannot use it to
-/// keep guessing at others.
+/// within `lockout` locks the address out for `lockout`: every credential it presents that
+/// fails is refused (API 429 with Retry-After, MQTT "not authorized") until then, and the
+/// metrics token is refused unchecked. Tokens and MQTT passwords that verify are still
+/// accepted (they are random 256-bit secrets: the lockout is against noise, and must not
+/// lock out the other systems behind one address). A right credential does not reset the
+/// count, so an attacker holding one account cannot use it to keep guessing at others.
 pub struct Throttle {
     failures_max: u32,
     lockout_ms: u64,

@@ -641,7 +641,10 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         for (other, b) in &listeners[..i] {
             let overlap = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
             if a.port() != 0 && a.port() == b.port() && overlap && a.is_ipv4() == b.is_ipv4() {
-                return Err(ConfigError::new(*key, format!("{a} is also {other}'s address: each listener needs its own port")));
+                return Err(ConfigError::new(
+                    *key,
+                    format!("{a} is also {other}'s address: each listener needs its own port"),
+                ));
             }
         }
     }

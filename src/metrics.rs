@@ -155,7 +155,7 @@ impl Metrics {
         let login_refusals = counter(
             &mut registry,
             "login_refusals",
-            "API requests refused unchecked because their address was locked out after failed logins",
+            "API requests refused because their address was locked out after failed logins",
         );
         let connections_refused_per_address = counter(
             &mut registry,

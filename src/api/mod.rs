@@ -219,31 +219,44 @@ impl App {
     }
 
     /// The user a request's credentials authenticate, through the failed-login throttle: a
-    /// locked-out address is refused unchecked, and a presented credential that fails counts.
+    /// presented credential that fails counts, and from a locked-out address one that fails is
+    /// answered 429 until the lockout ends. Credentials that verify are accepted from a
+    /// locked-out address too: tokens are random 256-bit secrets nobody guesses, and the
+    /// other systems behind one address (a NAT, an integration server) must not be locked
+    /// out with a misconfigured one.
     fn authenticate(&self, req: &Request) -> Result<Viewer, Denied> {
         let Some(header) = req.headers.get(http::header::AUTHORIZATION) else {
             return Err(Denied::Refused);
         };
         let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
-        if let auth::Gate::Locked(ms) = self.throttle.gate(req.peer, now_ms) {
-            self.metrics.login_refusals.inc();
-            return Err(Denied::Locked(ms));
-        }
-        match self.verified.authenticate(&self.store, header) {
-            Ok(viewer) => Ok(viewer),
-            Err(AuthError::Refused) => {
-                self.metrics.login_failures.inc();
-                if self.throttle.failed(req.peer, now_ms) {
-                    log::warn!(
-                        "{} failed logins from {}: refused for {} s",
-                        self.config.api.login_failures_max,
-                        req.peer.map_or_else(String::new, |p| p.to_string()),
-                        self.config.api.login_lockout_s
-                    );
-                }
+        let locked = match self.throttle.gate(req.peer, now_ms) {
+            auth::Gate::Locked(ms) => Some(ms),
+            auth::Gate::Open => None,
+        };
+        match (self.verified.authenticate(&self.store, header), locked) {
+            (Ok(viewer), _) => Ok(viewer),
+            (Err(AuthError::Refused), Some(ms)) => {
+                self.metrics.login_refusals.inc();
+                Err(Denied::Locked(ms))
+            }
+            (Err(AuthError::Refused), None) => {
+                self.login_failed(req.peer, now_ms);
                 Err(Denied::Refused)
             }
-            Err(AuthError::Store(e)) => Err(Denied::Store(e)),
+            (Err(AuthError::Store(e)), _) => Err(Denied::Store(e)),
+        }
+    }
+
+    /// Counts a failed login from `peer`; the journal says when it locks the address out.
+    fn login_failed(&self, peer: Option<std::net::IpAddr>, now_ms: u64) {
+        self.metrics.login_failures.inc();
+        if self.throttle.failed(peer, now_ms) {
+            log::warn!(
+                "{} failed logins from {}: refused for {} s",
+                self.config.api.login_failures_max,
+                peer.map_or_else(String::new, |p| p.to_string()),
+                self.config.api.login_lockout_s
+            );
         }
     }
 
@@ -525,6 +538,13 @@ impl App {
     fn metrics(&self, req: &Request) -> Response {
         let quota = format!("0/{}", self.quota.allowed());
         if let Some(expected) = &self.config.http.metrics_token {
+            // The token is the operator's words, which may be guessed: a locked-out address
+            // is refused unchecked here, and a wrong token counts as a failed login.
+            let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
+            if let auth::Gate::Locked(ms) = self.throttle.gate(req.peer, now_ms) {
+                self.metrics.login_refusals.inc();
+                return render_error(&Format::Xml, ApiError::login_locked(ms.div_ceil(1000)), quota);
+            }
             let presented = req
                 .headers
                 .get(http::header::AUTHORIZATION)
@@ -537,6 +557,7 @@ impl App {
             )
             .into();
             if !ok {
+                self.login_failed(req.peer, now_ms);
                 let mut resp = render_error(&Format::Xml, ApiError::unauthorized(), quota);
                 resp.headers.push(("WWW-Authenticate", format!("Bearer realm=\"{REALM}\"").into()));
                 return resp;

@@ -369,14 +369,15 @@ impl Hooks {
             let peer = ci.ipaddress().map(|a| a.ip());
             let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
             let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
-            if let crate::auth::Gate::Locked(_) = self.throttle.gate(peer, now_ms) {
-                // Said once, when the address was locked out: a client retrying in a loop
-                // would otherwise write a line per attempt.
-                log::debug!("mqtt: refused {username:?} from {from}: locked out after failed logins");
-                return AuthResult::NotAuthorized;
-            }
+            // As for the API: from a locked-out address only a password that fails is refused
+            // (passwords are random), the lockout said once, not at every retry.
+            let locked = matches!(self.throttle.gate(peer, now_ms), crate::auth::Gate::Locked(_));
             match self.check_password(&username, password).await {
                 Some(p) => p,
+                None if locked => {
+                    log::debug!("mqtt: refused {username:?} from {from}: locked out after failed logins");
+                    return AuthResult::NotAuthorized;
+                }
                 None => {
                     log::info!("mqtt: refused {username:?} from {from}: bad username or password");
                     if self.throttle.failed(peer, now_ms) {
