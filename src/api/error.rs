@@ -52,8 +52,13 @@ impl ApiError {
         ApiError::new(404, "resourcenotfound", format!("No such resource: {path}"))
     }
 
+    /// The deployed service's words exactly, which clients may compare; the field is named
+    /// in the `X-Sitegate-Field` header.
     pub fn incorrect_field(name: &str) -> ApiError {
-        ApiError::new(400, "incorrectfield", format!("Incorrect field specified: {name}"))
+        let mut e = ApiError::new(400, "incorrectfield", "Incorrect field specified");
+        e.headers
+            .push(("X-Sitegate-Field", Cow::Owned(name.chars().filter(|c| c.is_ascii_graphic()).take(64).collect())));
+        e
     }
 
     pub fn invalid_value(field: &str, message: impl std::fmt::Display) -> ApiError {
@@ -80,10 +85,18 @@ impl ApiError {
         ApiError::new(403, "accessdenied", message)
     }
 
+    /// HEAD is answered wherever GET is, so it is listed after it.
     pub fn method_not_allowed(allow: &[&str]) -> ApiError {
-        let mut e =
-            ApiError::new(405, "methodnotallowed", format!("Method not allowed here; allowed: {}", allow.join(", ")));
-        e.headers.push(("Allow", allow.join(", ").into()));
+        let mut methods: Vec<&str> = Vec::with_capacity(allow.len() + 1);
+        for m in allow {
+            methods.push(m);
+            if *m == "GET" && !allow.contains(&"HEAD") {
+                methods.push("HEAD");
+            }
+        }
+        let list = methods.join(", ");
+        let mut e = ApiError::new(405, "methodnotallowed", format!("Method not allowed here; allowed: {list}"));
+        e.headers.push(("Allow", list.into()));
         e
     }
 

@@ -261,7 +261,8 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
                 if root.is_some() {
                     return Err(bad("content after the root element"));
                 }
-                nodes += 1;
+                // Values are counted below the root element.
+                nodes += usize::from(!stack.is_empty());
                 if stack.len() >= limits::INPUT_DEPTH_MAX || nodes > limits::INPUT_NODES_MAX {
                     return Err(ApiError::invalid_request("the XML body is nested too deeply or too large"));
                 }
@@ -269,7 +270,7 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
                 stack.push(Frame { name, children: Map::new(), text: String::new() });
             }
             Event::Empty(e) => {
-                nodes += 1;
+                nodes += usize::from(!stack.is_empty());
                 if nodes > limits::INPUT_NODES_MAX {
                     return Err(ApiError::invalid_request("the XML body is too large"));
                 }
@@ -327,7 +328,10 @@ fn parse_xml(text: &str) -> Result<Value, ApiError> {
 /// serde_json's own recursion limit and the body size limit).
 fn check_shape(value: &Value) -> Result<(), ApiError> {
     fn walk(v: &Value, depth: usize, nodes: &mut usize) -> bool {
-        *nodes += 1;
+        // Values are counted below the root; a list (an XML element repeated) is its values
+        // (an empty one is one value).
+        let list = matches!(v, Value::Array(a) if !a.is_empty());
+        *nodes += usize::from(depth > 0 && !list);
         if depth > limits::INPUT_DEPTH_MAX || *nodes > limits::INPUT_NODES_MAX {
             return false;
         }
@@ -349,6 +353,11 @@ fn check_shape(value: &Value) -> Result<(), ApiError> {
 pub fn merge(base: &mut Value, extra: Value) {
     if let (Value::Object(b), Value::Object(e)) = (base, extra) {
         for (k, v) in e {
+            // A blank parameter is one left out: it does not hide the other's value.
+            let blank = matches!(&v, Value::String(s) if crate::model::trim_blank(s).is_empty());
+            if blank && b.contains_key(&k) {
+                continue;
+            }
             b.insert(k, v);
         }
     }

@@ -547,13 +547,14 @@ impl Store {
         })
     }
 
-    /// Creates a category tag for a record type; a name already used (ignoring case) is a
-    /// duplicate.
+    /// Creates a category tag for a record type; a name already used (ignoring case, all of
+    /// Unicode's: `ÉCOLE` is `école`) is a duplicate.
     pub fn create_category(&self, viewer: &Viewer, record_type: RecordType, name: &str) -> Result<i64> {
         self.write(|tx| {
             let existing: Option<i64> = tx
                 .query_row(
-                    "SELECT id FROM categories WHERE org = ?1 AND record_type = ?2 AND name = ?3 COLLATE NOCASE",
+                    "SELECT id FROM categories WHERE org = ?1 AND record_type = ?2 AND sg_lower(name) = sg_lower(?3)
+                     LIMIT 1",
                     (&viewer.org, record_type.typeid(), name),
                     |r| r.get(0),
                 )

@@ -38,6 +38,10 @@ fn bad_input_is_refused_and_changes_nothing() {
     let rec = format!("/contacts/{id}");
 
     let deep_json = format!("{}1{}", "{\"a\":".repeat(300), "}".repeat(300));
+    let many_values = |n: usize| {
+        let members: Vec<String> = (0..n).map(|i| format!("\"x{i}\": 1")).collect();
+        format!("{{{}}}", members.join(", "))
+    };
     let laughs = r#"<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]><request><firstname>&lol2;</firstname></request>"#;
     let mut cases = vec![
         case("malformed XML", "POST", "/contacts", XML, "<request><firstname>Ann</request>", 400, "invalidrequest"),
@@ -47,6 +51,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         case("JSON array body", "PUT", &rec, JSON, r#"["firstname", "x"]"#, 400, "invalidrequest"),
         case("JSON scalar body", "PUT", &rec, JSON, "42", 400, "invalidrequest"),
         case("deeply nested JSON", "PUT", &rec, JSON, &deep_json, 400, "invalidrequest"),
+        case("20,001 values", "GET", "/contacts", JSON, &many_values(20_001), 400, "invalidrequest"),
         case("object as a field value", "PUT", &rec, JSON, r#"{"firstname": {"a": 1}}"#, 400, "invalidvalue"),
         case("list as a field value", "PUT", &rec, JSON, r#"{"firstname": ["a", "b"]}"#, 400, "invalidvalue"),
         case("control characters", "PUT", &rec, JSON, r#"{"firstname": "a\u0001b"}"#, 400, "invalidvalue"),
@@ -226,6 +231,10 @@ fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(c.list_ids("/contacts"), vec![id]);
     assert_eq!(c.get_json("/contacts/categories").json()["categories"].as_array().unwrap().len(), 1);
     assert_eq!(tag, 1);
+    // 20,000 values is the limit, not one past it.
+    c.call(Req::new("GET", "/contacts").body(JSON, many_values(20_000).into_bytes()).json()).assert_status(200);
+    let xml = format!("<request>{}</request>", "<x>1</x>".repeat(20_000));
+    c.call(Req::new("GET", "/contacts").body(XML, xml.into_bytes()).json()).assert_status(200);
     // Quotes and SQL in a search value are just text.
     for v in ["' OR '1'='1", "\"; DELETE FROM items; --", "%' --", "\\"] {
         assert!(c.list_ids(&format!("/contacts?searchmode=Cany&searchvalue={}", q(v))).is_empty(), "{v}");

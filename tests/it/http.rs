@@ -42,10 +42,11 @@ fn errors_have_the_api_shape() {
     assert!(r.body.contains("<resourcenotfound>"), "{}", r.body);
     let r = c.call(Req::new("PATCH", "/contacts/1"));
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("Allow"), Some("GET, PUT, DELETE"));
+    // HEAD is answered wherever GET is.
+    assert_eq!(r.header("Allow"), Some("GET, HEAD, PUT, DELETE"));
     let r = c.call(Req::new("DELETE", "/contacts").json());
     assert_eq!(r.status, 405);
-    assert_eq!(r.json()["errors"]["methodnotallowed"].as_str().map(|s| s.contains("GET, POST")), Some(true));
+    assert_eq!(r.json()["errors"]["methodnotallowed"].as_str().map(|s| s.contains("GET, HEAD, POST")), Some(true));
     assert_eq!(r.header("Http-X-Service-Api-Call-Limit"), Some("3/10000"));
 }
 

@@ -155,3 +155,18 @@ fn jsonp_and_accept_variants() {
     t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accept", "*/*"));
     expect_file!["golden/jsonp_accept.txt"].assert_eq(&t.text);
 }
+
+/// A tag name already used is refused whatever its case, in every script: `école` is
+/// `ÉCOLE` (only ASCII letters were compared without case).
+#[test]
+fn tag_names_are_unique_ignoring_case_in_all_of_unicode() {
+    let s = Service::start("tag_names_unique_ignoring_case");
+    let c = s.admin_client();
+    c.post_json("/contacts/categories", r#"{"name": "ÉCOLE"}"#).assert_status(201);
+    for name in ["école", "École", "ÉCOLE"] {
+        let r = c.post_json("/contacts/categories", &format!(r#"{{"name": "{name}"}}"#));
+        assert_eq!(r.status, 409, "{name}: {}", r.body);
+    }
+    c.post_json("/contacts/categories", r#"{"name": "Ecole"}"#).assert_status(201);
+    c.post_json("/companies/categories", r#"{"name": "école"}"#).assert_status(201);
+}
