@@ -487,6 +487,7 @@ impl App {
         Out::map()
             .with("enabled", Out::Int(i64::from(self.config.mqtt.enabled)))
             .with("connections", Out::Int(m.connections.load(Relaxed)))
+            .with("sessions", Out::Int(m.sessions.load(Relaxed)))
             .with("refused", n(&m.auth_refused))
             .with("published", n(&m.published))
             .with("dropped", n(&m.dropped))

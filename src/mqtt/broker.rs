@@ -59,6 +59,9 @@ pub struct TlsSettings {
 pub struct BrokerStats {
     /// Clients connected now.
     pub connections: std::sync::atomic::AtomicI64,
+    /// Sessions held: those connected, and persistent ones whose client is away (each holds
+    /// memory, queued messages and an open file until it ends).
+    pub sessions: std::sync::atomic::AtomicI64,
     pub auth_refused: AtomicU64,
     pub subscribe_refused: AtomicU64,
     pub publish_refused: AtomicU64,
@@ -355,6 +358,11 @@ impl Hooks {
         );
     }
 
+    fn count_sessions(&self) {
+        let held = i64::try_from(self.scx.sessions.count()).unwrap_or(i64::MAX);
+        self.stats.sessions.store(held, Ordering::Relaxed);
+    }
+
     async fn authenticate(&self, ci: &rmqtt::types::ConnectInfo) -> AuthResult {
         let username = ci.username().map(|u| u.to_string()).unwrap_or_default();
         let principal = if let Some(cert) = ci.cert() {
@@ -499,10 +507,13 @@ impl Handler for HookHandler {
                 if map.get(client_id).is_some_and(|h| h.create_time == session.id.create_time) {
                     map.remove(client_id);
                 }
+                drop(map);
+                h.count_sessions();
                 (true, acc)
             }
             Parameter::ClientConnected(session) => {
                 h.stats.connections.fetch_add(1, Ordering::Relaxed);
+                h.count_sessions();
                 let mut map = h.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(held) = map.get_mut::<str>(&session.id.client_id)
                     && held.create_time == session.id.create_time

@@ -725,7 +725,20 @@ fn persistent_sessions_of_clients_gone_do_not_lock_others_out() {
         // Gone, and known to be gone, before the next one connects.
         std::thread::sleep(Duration::from_millis(200));
     }
+    // `/health` shows the sessions held for clients that are away.
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(
+        (health["mqtt"]["connections"].as_i64(), health["mqtt"]["sessions"].as_i64()),
+        (Some(0), Some(5)),
+        "{health}"
+    );
     let fresh = connect(mqtt_addr(&s), "fresh", "intercom", &password).expect("a new client gets in");
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(
+        (health["mqtt"]["connections"].as_i64(), health["mqtt"]["sessions"].as_i64()),
+        (Some(1), Some(5)),
+        "{health}"
+    );
     drop(fresh);
     assert!(s.stderr().contains("disconnected longest, ended to let"), "{}", s.stderr());
 }
