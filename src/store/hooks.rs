@@ -40,7 +40,7 @@ pub struct Hook {
 impl Hook {
     /// The same settings (what a PUT may change) as `other`.
     fn same_settings(&self, other: &Hook) -> bool {
-        (self.title == other.title)
+        self.title == other.title
             && self.active == other.active
             && self.event == other.event
             && self.constrainttype == other.constrainttype
@@ -261,10 +261,9 @@ impl Store {
         self.read(|tx| load_hook(tx, viewer, id))
     }
 
-    /// Replaces a hook's settings. `resume` (the request set `active` to 1) also lifts a pause;
-    /// other changes leave it paused.
     /// Replaces a hook's settings, made from `base` (the hook as read): if it has changed
-    /// since, nothing is written ([`StoreError::Changed`]).
+    /// since, nothing is written ([`StoreError::Changed`]). `resume` (the request set `active`
+    /// to 1) also lifts a pause; other changes leave it paused.
     pub fn update_hook(&self, viewer: &Viewer, id: i64, s: &HookSettings, resume: bool, base: &Hook) -> Result<()> {
         let _changed = HookChanged(self);
         self.write(|tx| {
