@@ -43,8 +43,8 @@ pub fn lookup_address(s: &str) -> String {
 pub fn check_deviceid(s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
         && s.len() <= 64
-        && s.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'+' | b'#' | b'"' | b'\\'));
-    if ok { Ok(()) } else { Err(format!("{s:?} must be 1 to 64 characters without / + # \" \\ or spaces")) }
+        && s.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'+' | b'#' | b'"' | b'\'' | b'\\'));
+    if ok { Ok(()) } else { Err(format!("{s:?} must be 1 to 64 characters without / + # \" ' \\ or spaces")) }
 }
 
 /// The default deviceid of an address: `5/1/22` becomes `5.1.22`.
@@ -324,6 +324,17 @@ mod tests {
             (30, device("1/1/3", mac3)),
         ]);
         assert_eq!((r.key(0), r.device(0).map(|d| d.deviceaddress.as_str())), (Some(30), Some("1/1/3")));
+    }
+
+    /// A deviceid goes into MQTT topics and JSON: nothing that would need quoting there.
+    #[test]
+    fn deviceids_are_topic_safe() {
+        for ok in ["5.1.22", "visitor-23", "A_b~c"] {
+            assert!(check_deviceid(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a/b", "a+b", "a#b", "a\"b", "a'b", "a\\b", "a b", "a\tb", "é", &"x".repeat(65)] {
+            assert!(check_deviceid(bad).is_err(), "{bad:?}");
+        }
     }
 
     /// Devices added and deleted one after another, far more of them over time than
