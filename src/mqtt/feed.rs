@@ -355,7 +355,10 @@ impl Feed {
         let Some(d) = self.devices.get(&device_id) else { return };
         let msg = alert_message(d, a, &self.tz);
         self.send(topic(d, "alert"), &msg, false);
-        if let Some(state) = state {
+        // The state is published when it changes: a rule firing again (a battery still low
+        // after `repeat_s`, the button pressed again) keeps the state and when it began.
+        let unchanged = |s: &str| store.device_state(device_id).ok().flatten().is_some_and(|now| now == s);
+        if let Some(state) = state.filter(|s| !unchanged(s)) {
             let alarm = (state == STATE_ALARM).then_some(a.text);
             let msg = state_message(d, state, alarm, a.t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);

@@ -377,3 +377,49 @@ fn an_alarm_names_the_contact_as_she_is_called_now() {
     let tickets = c.get_json("/tickets").body;
     assert!(tickets.contains("Alarm: Alarm button pressed (Anna Berg)"), "{tickets}");
 }
+
+/// A battery still low when its rule fires again (every `repeat_s`) raises the alert again but
+/// keeps the device's state: `lowbattery` is published once, with the time it began (it was
+/// published again at every repeat, each time with a new `timeStamp`).
+#[test]
+fn a_low_battery_state_is_published_once_while_it_lasts() {
+    let config = format!(
+        "{}\n[[alert_rules]]\nid = \"battery\"\ntype = \"warn\"\nwhen = \"battery_low\"\nbattery_v = 2.6\nrepeat_s = 1\n",
+        crate::mqtt::site_config("")
+    );
+    let s =
+        Service::start_with("a_low_battery_state_is_published_once", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    c.post_json(
+        "/devices",
+        &format!(r#"{{"deviceaddress": "5/1/40", "beacon": "eddystone:edd5f3b6f0e1a40c9b2a/000102030405", "contactid": {ann}}}"#),
+    )
+    .assert_status(201);
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let app = connect(addr, "app-1", "app", &mqtt_user(&s, "acme", "app", false)).unwrap();
+    app.subscribe("acme/+/state");
+    // UID and TLM frames from one MAC: 2,500 mV, below the rule's 2.6 V.
+    let uid = r#"{"mac":"C0:00:00:00:00:40","rssi":-60,"svc":{"feaa":"00e7edd5f3b6f0e1a40c9b2a000102030405"}}"#;
+    let tlm = r#"{"mac":"C0:00:00:00:00:40","rssi":-60,"svc":{"feaa":"200009c4000000000000000000000000"}}"#;
+    let mut low = Vec::new();
+    wait_for("the battery alert raised three times", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &format!("{uid}\n"));
+        scanner.publish("acme/receivers/rx-b/adverts", &format!("{tlm}\n"));
+        while let Some(p) = app.next_publish(Duration::from_millis(200)) {
+            let state: Value = serde_json::from_slice(&p.payload).unwrap_or_default();
+            if state["data"]["state"] == "lowbattery" {
+                low.push(state);
+            }
+        }
+        (recorded(&c, "Warn") >= 3).then_some(())
+    });
+    while let Some(p) = app.next_publish(Duration::from_millis(500)) {
+        let state: Value = serde_json::from_slice(&p.payload).unwrap_or_default();
+        if state["data"]["state"] == "lowbattery" {
+            low.push(state);
+        }
+    }
+    assert_eq!(low.len(), 1, "{low:?}");
+}
