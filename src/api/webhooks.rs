@@ -102,7 +102,13 @@ fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError>
         },
     };
     if !constraint_allowed(event, &constrainttype) {
-        let allowed = if event.is_items() { ITEM_CONSTRAINTS } else { ACTIVITY_CONSTRAINTS };
+        let allowed: &[&str] = if event.is_alerts() {
+            &["all"]
+        } else if event.is_items() {
+            ITEM_CONSTRAINTS
+        } else {
+            ACTIVITY_CONSTRAINTS
+        };
         return Err(ApiError::invalid_value(
             "constrainttype",
             format!("for {} must be one of: {}", event.as_str(), allowed.join(", ")),

@@ -720,9 +720,18 @@ fn owner_view(tx: &Connection, owner: i64, target: Target) -> Result<Option<Rend
             let rt = RecordType::from_typeid(typeid).unwrap_or(RecordType::Contact);
             Ok(Some(Rendered::Activity(activity, record_id, rt)))
         }
-        // Every user of the organisation sees its alerts (the hooks are of that organisation).
+        // Every user of the organisation sees its alerts (the hooks are of that organisation);
+        // the contact is named only to an owner who may see that record, as `GET /alerts` does.
         Target::Alert(id) => match super::alerts::alert_in(tx, &viewer.org, id) {
-            Ok(a) => Ok(Some(Rendered::Alert(a))),
+            Ok(mut a) => {
+                if let Some(contact) = a.contact_id.filter(|_| !viewer.admin)
+                    && !super::records::visible_ids_in(tx, &viewer, &[contact])?.contains(&contact)
+                {
+                    a.contact_id = None;
+                    a.contact_name = None;
+                }
+                Ok(Some(Rendered::Alert(a)))
+            }
             Err(StoreError::NotFound) => Ok(None),
             Err(e) => Err(e),
         },

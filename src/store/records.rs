@@ -384,23 +384,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(Default::default());
         }
-        self.read(|tx| {
-            let mut params: Vec<(&'static str, Value)> =
-                vec![(":ids", Value::Text(super::json_ids(ids))), (":org", Value::Text(viewer.org.clone()))];
-            if !viewer.admin {
-                params.push((":owners", Value::Text(owner_ids_json(viewer))));
-            }
-            let sql = format!(
-                "SELECT i.id FROM items i WHERE i.id IN (SELECT value FROM json_each(:ids)) AND i.org = :org
-                 AND i.archived IS NULL AND {}",
-                visible(viewer, "i")
-            );
-            let mut stmt = tx.prepare(&sql)?;
-            let refs: Vec<(&str, &dyn rusqlite::ToSql)> =
-                params.iter().map(|(k, v)| (*k, v as &dyn rusqlite::ToSql)).collect();
-            let rows = stmt.query_map(refs.as_slice(), |r| r.get::<_, i64>(0))?;
-            Ok(rows.collect::<rusqlite::Result<_>>()?)
-        })
+        self.read(|tx| visible_ids_in(tx, viewer, ids))
     }
 
     pub fn show_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<RecordDetail> {
@@ -1004,6 +988,24 @@ fn categories_of_one(tx: &Connection, item: i64) -> Result<Vec<CategoryRef>> {
     let mut out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
     out.sort_by(|a, b| nocase_cmp(&a.name, &b.name).then(a.id.cmp(&b.id)));
     Ok(out)
+}
+
+/// Of the records `ids`, the live ones the viewer may see (within a transaction).
+pub(super) fn visible_ids_in(tx: &Connection, viewer: &Viewer, ids: &[i64]) -> Result<std::collections::HashSet<i64>> {
+    let mut params: Vec<(&'static str, Value)> =
+        vec![(":ids", Value::Text(super::json_ids(ids))), (":org", Value::Text(viewer.org.clone()))];
+    if !viewer.admin {
+        params.push((":owners", Value::Text(owner_ids_json(viewer))));
+    }
+    let sql = format!(
+        "SELECT i.id FROM items i WHERE i.id IN (SELECT value FROM json_each(:ids)) AND i.org = :org
+         AND i.archived IS NULL AND {}",
+        visible(viewer, "i")
+    );
+    let mut stmt = tx.prepare(&sql)?;
+    let refs: Vec<(&str, &dyn rusqlite::ToSql)> = params.iter().map(|(k, v)| (*k, v as &dyn rusqlite::ToSql)).collect();
+    let rows = stmt.query_map(refs.as_slice(), |r| r.get::<_, i64>(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// The order of SQLite's `COLLATE NOCASE`: bytes, with ASCII letters folded to lower case.

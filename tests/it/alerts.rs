@@ -88,7 +88,14 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     hook("alerts.create", "all");
     hook("items.create", "ticket");
     let bad = format!(r#"{{"event": "alerts.create", "constrainttype": "contact", "url": "{}"}}"#, rx.url("/x"));
-    c.post_json("/hooks", &bad).assert_status(400);
+    let refused = c.post_json("/hooks", &bad);
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("for alerts.create must be one of: all\""), "{}", refused.body);
+    // A user who may not see Ann's record hears of the alerts without her name.
+    let bob = s.add_user("viewer@acme.test", "Vic", &[]);
+    let bobs = Receiver::start();
+    let body = format!(r#"{{"event": "alerts.create", "url": "{}", "contenttype": "json"}}"#, bobs.url("/bob"));
+    s.client(&bob).post_json("/hooks", &body).assert_status(201);
     let addr = mqtt_addr(&s);
     let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
     let app = connect(addr, "app-1", "app", &mqtt_user(&s, "acme", "app", false)).unwrap();
@@ -178,6 +185,11 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     let alert_hook = got.iter().find(|r| r.path == "/alerts.create").unwrap().json();
     assert_eq!(alert_hook["type"], "alerts.create");
     assert_eq!(alert_hook["objectid"], alert_hook["content"]["alert"]["id"]);
+    assert_eq!(alert_hook["content"]["alert"]["contactid"], ann);
+    for r in bobs.wait_accepted(2) {
+        let alert = &r.json()["content"]["alert"];
+        assert_eq!((alert["contactid"].is_null(), alert["contactname"].is_null()), (true, true), "{alert}");
+    }
 
     // The shapes, golden (local times redacted).
     let local = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d").unwrap();
