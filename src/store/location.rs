@@ -342,12 +342,13 @@ impl Store {
         })
     }
 
-    /// A device's location updates since `since_ms`, oldest first (at most `limit`).
+    /// A device's location updates since `since_ms`, oldest first: the newest `limit` of them.
     pub fn location_history(&self, device_id: i64, since_ms: i64, limit: u32) -> Result<Vec<LocationRow>> {
         self.read(|tx| {
             let mut stmt = tx.prepare_cached(
-                "SELECT t_ms, zone_id, lat, lon, receiver, rssi FROM locations
-                 WHERE device_id = ?1 AND t_ms >= ?2 ORDER BY t_ms LIMIT ?3",
+                "SELECT * FROM (SELECT t_ms, zone_id, lat, lon, receiver, rssi FROM locations
+                                WHERE device_id = ?1 AND t_ms >= ?2 ORDER BY t_ms DESC LIMIT ?3)
+                 ORDER BY t_ms",
             )?;
             let rows = stmt.query_map((device_id, since_ms, limit), |r| {
                 Ok(LocationRow {
