@@ -229,10 +229,11 @@ fn user_and_group_commands() {
 fn serve_fails_clearly_when_the_port_is_taken() {
     let s = Service::start("serve_fails_clearly_when_the_port_is_taken");
     let dir = test_dir("serve_fails_clearly_when_the_port_is_taken_2");
-    let config = BASE_CONFIG.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{}\"", s.addr));
+    // The HTTP listener's address only (the first `listen`): the other service holds it.
+    let config = BASE_CONFIG.replacen("listen = \"127.0.0.1:0\"", &format!("listen = \"{}\"", s.addr), 1);
     std::fs::write(dir.join("config.toml"), config).unwrap();
     let out = cli_with_config(&dir.join("config.toml"), &["serve"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {}", s.addr)), "{err}");
     // No administrator was made whose token, printed once, went with the failed start: the
