@@ -168,6 +168,8 @@ pub const WEBHOOK_RECORD_INTERVAL_MS: u64 = 250;
 pub const WEBHOOK_READ_SPACING_MS: u64 = 5;
 /// How often the delivery worker looks for due deliveries when nothing wakes it.
 pub const WEBHOOK_POLL_INTERVAL_MS: u64 = 1_000;
+/// Receivers remembered as slow or failing (see `webhooks::Senders`).
+pub const WEBHOOK_SLOW_RECEIVERS_MAX: usize = 1_024;
 /// How often delivered and failed deliveries past the retention are purged.
 pub const WEBHOOK_PURGE_INTERVAL_S: u64 = 3_600;
 /// Deliveries (and payloads) purged per write transaction.

@@ -212,6 +212,11 @@ impl Senders {
         if d.attempts.iter().any(|a| !a.delivered)
             || since.elapsed() > Duration::from_millis(limits::WEBHOOK_SLOW_BATCH_MS)
         {
+            // Receivers used once and failed are not remembered for ever: past the bound the
+            // set starts over (they are learned again from their next batch).
+            if self.slow.len() >= limits::WEBHOOK_SLOW_RECEIVERS_MAX && !self.slow.contains(&receiver) {
+                self.slow.clear();
+            }
             self.slow.insert(receiver);
         } else {
             self.slow.remove(&receiver);
@@ -527,6 +532,35 @@ fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing
 
 #[cfg(test)]
 mod tests {
+    /// Receivers that failed are remembered as slow, and a receiver that then answers in time
+    /// is not; so many different ones that failed once do not grow the set without bound.
+    #[test]
+    fn slow_receivers_are_bounded() {
+        fn batch(senders: &mut super::Senders, n: usize, delivered: bool) {
+            let url = format!("http://10.0.{}.{}:80/in", n / 256, n % 256);
+            senders.take(n as i64, &url, false);
+            let attempt = crate::store::Attempt {
+                delivery: 1,
+                hook_id: n as i64,
+                delivered,
+                status: None,
+                error: String::new(),
+                retry_at: None,
+            };
+            senders.done(&super::Done { hook_id: n as i64, attempts: vec![attempt], last: true });
+        }
+        let mut senders = super::Senders::new(4);
+        batch(&mut senders, 0, false);
+        assert!(senders.is_slow("http://10.0.0.0:80/x", false));
+        batch(&mut senders, 0, true);
+        assert!(!senders.is_slow("http://10.0.0.0:80/x", false));
+        for n in 0..5_000 {
+            batch(&mut senders, n, false);
+        }
+        assert!(senders.slow.len() <= crate::limits::WEBHOOK_SLOW_RECEIVERS_MAX, "{}", senders.slow.len());
+        assert!(senders.is_slow("http://10.0.19.135:80/x", false), "the newest failure is remembered");
+    }
+
     #[test]
     fn urls_go_on_the_wire_in_ascii() {
         assert_eq!(super::wire_url("http://127.0.0.1:9/h?a=1&b=%20x#f"), "http://127.0.0.1:9/h?a=1&b=%20x#f");

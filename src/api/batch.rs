@@ -332,7 +332,10 @@ impl App {
             peer: outer.peer,
         };
         if is_batch_path(&request.path) {
-            return self.refuse(&request, ApiError::invalid_request("invalid nested HTTP request: a batch cannot hold another batch"));
+            return self.refuse(
+                &request,
+                ApiError::invalid_request("invalid nested HTTP request: a batch cannot hold another batch"),
+            );
         }
         let content_type = request
             .headers
