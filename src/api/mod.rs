@@ -210,7 +210,7 @@ impl App {
 
     /// The quota header's value for a request that does not count: the caller's calls this
     /// hour if its credentials are good, else none.
-    fn quota_of(&self, req: &Request) -> String {
+    pub fn quota_of(&self, req: &Request) -> String {
         let used = match self.authenticate(req) {
             Ok(viewer) => self.quota.used(viewer.user_id, now_secs()),
             Err(_) => 0,

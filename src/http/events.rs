@@ -89,12 +89,17 @@ pub async fn respond(
     let request = Arc::new(request);
     let first = tokio::task::spawn_blocking({
         let (app, request) = (Arc::clone(&app), Arc::clone(&request));
-        move || (app.store.data_version().unwrap_or(0), app.status_event(&request))
+        move || {
+            let event = app.status_event(&request);
+            // Every answer carries the caller's call count (the stream itself does not count).
+            let quota = if event.is_ok() { app.quota_of(&request) } else { String::new() };
+            (app.store.data_version().unwrap_or(0), event, quota)
+        }
     })
     .await;
-    let (mut version, first) = match first {
-        Ok((v, Ok(json))) => (v, json),
-        Ok((_, Err(answer))) => return to_hyper(answer),
+    let (mut version, first, quota) = match first {
+        Ok((v, Ok(json), quota)) => (v, json, quota),
+        Ok((_, Err(answer), _)) => return to_hyper(answer),
         Err(_) => return to_hyper(app.busy(&request.headers)),
     };
     let (tx, rx) = mpsc::channel::<Bytes>(limits::STATUS_EVENTS_QUEUE_MAX);
@@ -163,6 +168,7 @@ pub async fn respond(
         .header("Content-Type", "text/event-stream; charset=utf-8")
         .header("Cache-Control", "no-cache")
         .header("X-Content-Type-Options", "nosniff")
+        .header(crate::api::QUOTA_HEADER, quota)
         .body(http_body_util::Either::Right(EventBody { rx }))
         .unwrap_or_else(|_| to_hyper(fallback.busy(&headers)))
 }

@@ -126,6 +126,9 @@ fn events_stream_snapshots_without_holding_a_worker() {
     let mut first = Events::open(s.addr, &auth);
     assert!(first.head.starts_with("HTTP/1.1 200"), "{}", first.head);
     assert!(first.head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{}", first.head);
+    // The caller's call count, as on every answer (the stream itself does not count: one
+    // call, the contact, so far).
+    assert!(first.head.contains("Http-X-Service-Api-Call-Limit: 1/"), "{}", first.head);
     let snap = first.next_where("the site map", |v| v["floors"].as_array().is_some_and(|f| !f.is_empty()));
     let zones: Vec<&str> =
         snap["floors"][0]["zones"].as_array().unwrap().iter().map(|z| z["name"].as_str().unwrap()).collect();
