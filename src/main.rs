@@ -207,6 +207,17 @@ fn not_found(what: String) -> impl FnOnce(StoreError) -> Failure {
     }
 }
 
+/// The instance lock, for a command that needs the service stopped (`doing`: "restoring").
+/// Another instance on the database is a runtime failure (exit 1), as for `serve`.
+fn lock_stopped(config: &Config, doing: &str) -> Result<service::InstanceLock, Failure> {
+    service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
+        service::ServeError::AlreadyRunning(_) => Failure::Serve(service::ServeError::Io(format!(
+            "the service is running on this database: stop it before {doing}"
+        ))),
+        other => Failure::Serve(other),
+    })
+}
+
 /// A user command's failure: "no user", or that the user was deleted.
 fn no_user<'a>(store: &'a store::Store, email: &'a str) -> impl FnOnce(StoreError) -> Failure + 'a {
     move |e| match e {
@@ -279,13 +290,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Restore(r) => {
             let config = load(r.config.as_deref())?;
             init_logging(log::LevelFilter::Warn);
-            // Another instance on the database is a runtime failure (exit 1), as for `serve`.
-            let _lock = service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
-                service::ServeError::AlreadyRunning(_) => Failure::Serve(service::ServeError::Io(
-                    "the service is running on this database: stop it before restoring".into(),
-                )),
-                other => Failure::Serve(other),
-            })?;
+            let _lock = lock_stopped(&config, "restoring")?;
             let kept = service::kept_path(&config.store.path, "before-restore");
             let (copied, kept) = store::restore(&config.store.path, &r.from, &kept).map_err(usage)?;
             if let Some(kept) = kept {
@@ -297,12 +302,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Compact(c) => {
             let config = load(c.config.as_deref())?;
             init_logging(log::LevelFilter::Warn);
-            let _lock = service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
-                service::ServeError::AlreadyRunning(_) => Failure::Serve(service::ServeError::Io(
-                    "the service is running on this database: stop it before compacting".into(),
-                )),
-                other => Failure::Serve(other),
-            })?;
+            let _lock = lock_stopped(&config, "compacting")?;
             no_database(&config)?;
             let (before, after) = store::compact(&config.store.path).map_err(Failure::Store)?;
             println!("compacted {}: {before} bytes -> {after} bytes", config.store.path.display());

@@ -177,17 +177,12 @@ pub fn device_show(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
 pub fn device_update(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     admin_only(ctx)?;
     let site = site(ctx).site;
-    // Made from a read, written only if the device is still as read (see hooks' update).
-    for _ in 0..limits::STORE_CHANGED_RETRIES_MAX {
+    super::unless_changed(|| {
         let current = ctx.app.store.device(Some(&ctx.viewer.org), id)?;
         let device = device_input(&ctx.body, Some(&current.device), &site)?;
-        match ctx.app.store.update_device(&ctx.viewer.org, id, &device, &current.device) {
-            Err(crate::store::StoreError::Changed) => continue,
-            done => done?,
-        }
-        return Ok(Reply::ok(Out::map()));
-    }
-    Err(crate::store::StoreError::Changed.into())
+        Ok(ctx.app.store.update_device(&ctx.viewer.org, id, &device, &current.device))
+    })?;
+    Ok(Reply::ok(Out::map()))
 }
 
 pub fn device_delete(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {

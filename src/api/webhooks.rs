@@ -193,18 +193,13 @@ pub fn show(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
 pub fn update(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     // Only `active` 1 in this request resumes a paused hook (a change of its title does not).
     let resume = Params::new(&ctx.body).flag("active").ok().flatten() == Some(true);
-    // The keys left out keep their values: made from a read, written only if the hook is
-    // still as read (another request's change in between is kept, and this one made anew).
-    for _ in 0..limits::STORE_CHANGED_RETRIES_MAX {
+    // The keys left out keep their values as read.
+    super::unless_changed(|| {
         let current = ctx.app.store.hook(&ctx.viewer, id)?;
         let s = settings(&ctx.body, Some(&current))?;
-        match ctx.app.store.update_hook(&ctx.viewer, id, &s, resume, &current) {
-            Err(crate::store::StoreError::Changed) => continue,
-            done => done?,
-        }
-        return Ok(Reply::ok(Out::map()));
-    }
-    Err(crate::store::StoreError::Changed.into())
+        Ok(ctx.app.store.update_hook(&ctx.viewer, id, &s, resume, &current))
+    })?;
+    Ok(Reply::ok(Out::map()))
 }
 
 pub fn delete(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {

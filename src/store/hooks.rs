@@ -785,17 +785,24 @@ impl Drop for HookChanged<'_> {
 mod tests {
     use super::super::Store;
 
-    /// Finished deliveries past the retention go in bounded batches, with the payloads only they
-    /// used; pending ones and what they refer to stay.
-    #[test]
-    fn purging_is_batched_and_keeps_pending_deliveries() {
-        let dir = std::env::temp_dir().join(format!("sitegate-purge-{}", std::process::id()));
+    /// A fresh store in a folder of its own, and a second connection to write rows as they
+    /// would be found (foreign keys off: rows of any age, in any order).
+    fn fixture(name: &str) -> (std::path::PathBuf, Store, rusqlite::Connection) {
+        let dir = std::env::temp_dir().join(format!("sitegate-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("site.db");
         let store = Store::open(&path).unwrap();
         let raw = rusqlite::Connection::open(&path).unwrap();
         raw.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+        (dir, store, raw)
+    }
+
+    /// Finished deliveries past the retention go in bounded batches, with the payloads only they
+    /// used; pending ones and what they refer to stay.
+    #[test]
+    fn purging_is_batched_and_keeps_pending_deliveries() {
+        let (dir, store, raw) = fixture("purge");
         // Five old finished deliveries (payloads 1..=5), then one pending (payload 6) and one
         // finished recently (payload 7).
         for p in 1..=7 {
@@ -837,13 +844,7 @@ mod tests {
     /// delivery must keep the shared payload (it failed the whole purge on a foreign key).
     #[test]
     fn purging_keeps_a_payload_shared_across_another_owners_delivery() {
-        let dir = std::env::temp_dir().join(format!("sitegate-purge-shared-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("site.db");
-        let store = Store::open(&path).unwrap();
-        let raw = rusqlite::Connection::open(&path).unwrap();
-        raw.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+        let (dir, store, raw) = fixture("purge-shared");
         for p in [1, 2] {
             raw.execute("INSERT INTO payloads (id, body) VALUES (?1, x'00')", [p]).unwrap();
         }
@@ -871,15 +872,9 @@ mod tests {
     /// with its last delivery.
     #[test]
     fn a_stuck_hook_holds_back_only_its_own_payloads() {
-        let dir = std::env::temp_dir().join(format!("sitegate-purge-stuck-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("site.db");
-        let store = Store::open(&path).unwrap();
-        let raw = rusqlite::Connection::open(&path).unwrap();
+        let (dir, store, raw) = fixture("purge-stuck");
         raw.execute_batch(
-            "PRAGMA foreign_keys = OFF;
-             INSERT INTO hooks (id, org, owner, title, active, event, constrainttype, url, contenttype, secret,
+            "INSERT INTO hooks (id, org, owner, title, active, event, constrainttype, url, contenttype, secret,
                                 created, updated, deleted)
              VALUES (1, 'acme', 1, 'stuck', 1, 'items.create', 'all', 'http://x', 'json', 's', 0, 0, 0),
                     (2, 'acme', 1, 'gone', 0, 'items.create', 'all', 'http://y', 'json', '', 0, 0, 1);",
