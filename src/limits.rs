@@ -81,6 +81,11 @@ pub const WEBHOOK_SHUTDOWN_WAIT_MS: u64 = 5_000;
 /// connection `connections_max` allows.
 pub const PROCESS_FILES_RESERVED: usize = 256;
 
+/// A system clock before this time (2025-01-01, Unix seconds) has not been set: a gateway
+/// without a battery-backed clock before NTP reached it. `serve` warns; `cert` refuses (its
+/// certificates would not be valid once the clock is set).
+pub const CLOCK_PLAUSIBLE_FROM_UNIX_S: i64 = 1_735_689_600;
+
 /// Async runtime threads (connections, TLS, timers).
 pub const RUNTIME_WORKER_THREADS: usize = 2;
 /// Threads for blocking work on the runtime (the watchdog's database probe).
@@ -291,6 +296,10 @@ pub const BLE_KNOWN_DEVICES_MAX: usize = 10_000;
 /// Location: the engine's decisions are written at most this often (one transaction), each
 /// time after looking whether devices were added, changed or deleted.
 pub const LOCATION_FLUSH_MS: u64 = 1_000;
+/// The wall clock moving this much more or less than the monotonic clock between two looks
+/// (at most a quarter of `LOCATION_FLUSH_MS` apart) is a step (NTP setting the clock), and
+/// the location engine's and the alerts' times move with it.
+pub const LOCATION_CLOCK_STEP_MS_MIN: i64 = 1_000;
 /// Location: history past the retention is purged this often, in batches of rows.
 pub const LOCATION_PURGE_INTERVAL_S: u64 = 3_600;
 pub const LOCATION_PURGE_ROWS_MAX: u32 = 5_000;

@@ -153,8 +153,24 @@ fn open_files_for(config: &Config) {
     );
 }
 
+/// A clock before 1970 (an RTC kept in local time east of Greenwich, just after it was reset)
+/// cannot be served from: the broker and HTTP's `Date` need a later time. Exits, and systemd
+/// starts the service again until the clock is set. A clock that has not been set since is
+/// served from, with a warning: what is recorded meanwhile is dated wrong.
+fn check_clock() -> Result<(), ServeError> {
+    let now = jiff::Timestamp::now();
+    if now.as_second() < 0 {
+        return Err(ServeError::Io(format!("the system clock says {now}, before 1970: set it (NTP, or `date`)")));
+    }
+    if now.as_second() < limits::CLOCK_PLAUSIBLE_FROM_UNIX_S {
+        log::warn!("the system clock says {now}: what is recorded is dated wrong until it is set (NTP)");
+    }
+    Ok(())
+}
+
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    check_clock()?;
     let _lock = InstanceLock::acquire(&config.store.path)?;
     open_files_for(&config);
     let notifier = Arc::new(systemd::Notifier::from_env());

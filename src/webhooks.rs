@@ -348,7 +348,8 @@ fn dispatch(
                 }
                 ok
             };
-            match store.due_deliveries(now_secs(), &busy, limits::WEBHOOK_BATCH_PER_HOOK, take) {
+            let now = now_secs();
+            match store.due_deliveries(now, &config.retry_delays_s, &busy, limits::WEBHOOK_BATCH_PER_HOOK, take) {
                 Ok((batches, next)) => {
                     next_due = next;
                     for batch in batches {
@@ -364,10 +365,11 @@ fn dispatch(
             }
         }
         if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(limits::WEBHOOK_PURGE_INTERVAL_S)) {
-            let before = now_secs() - i64::try_from(config.retention_days * 86_400).unwrap_or(i64::MAX);
+            let now = now_secs();
+            let before = now - i64::try_from(config.retention_days * 86_400).unwrap_or(i64::MAX);
             // One batch per round, so the purge never holds the writer for long; a full batch
             // means more to do in the next round.
-            let more = match store.purge_deliveries(before, limits::WEBHOOK_PURGE_ROWS_MAX) {
+            let more = match store.purge_deliveries(now, before, limits::WEBHOOK_PURGE_ROWS_MAX) {
                 Ok(n) => {
                     purged += n;
                     n == limits::WEBHOOK_PURGE_ROWS_MAX as usize

@@ -73,7 +73,9 @@ impl Alerts {
             .iter()
             .map(|d| {
                 let before = old.get(&d.id);
-                let seen = before.and_then(|k| k.last_seen_ms).max(d.status.last_seen_ms);
+                // What this thread heard is the newest (and moved with any clock step); the
+                // stored time is for devices it has not heard since it started.
+                let seen = before.and_then(|k| k.last_seen_ms).or(d.status.last_seen_ms);
                 (
                     d.id,
                     Known {
@@ -97,6 +99,20 @@ impl Alerts {
         for k in self.devices.values_mut() {
             let present = k.last_seen_ms.is_some_and(|s| now_ms.saturating_sub(s) <= away_timeout_ms);
             k.resumed = k.zone.take().filter(|_| present).map(|z| (z, now_ms.saturating_add(away_timeout_ms)));
+        }
+    }
+
+    /// The wall clock was stepped by `by_ms` (see [`crate::location::engine::Engine::shift`]):
+    /// repeat windows, absences and the devices' last times move with it.
+    pub fn shift(&mut self, by_ms: i64) {
+        self.eval.shift(by_ms);
+        for k in self.devices.values_mut() {
+            if let Some(t) = &mut k.last_seen_ms {
+                *t = t.saturating_add(by_ms);
+            }
+            if let Some((_, until)) = &mut k.resumed {
+                *until = until.saturating_add(by_ms);
+            }
         }
     }
 
@@ -147,6 +163,13 @@ impl Alerts {
                     }
                 }
                 _ => {}
+            }
+        }
+        // A last time ahead of now was stored before the clock was set back (and a restart):
+        // from now on it counts as now, so that absences are measured and newer times win.
+        for k in self.devices.values_mut() {
+            if k.last_seen_ms.is_some_and(|s| s > now_ms) {
+                k.last_seen_ms = Some(now_ms);
             }
         }
         if self.eval.rules.iter().any(|r| matches!(r.condition, Condition::NotSeen { .. })) {

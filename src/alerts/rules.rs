@@ -251,6 +251,14 @@ impl Evaluator {
         *t = (*t).max(t_ms);
     }
 
+    /// Moves every remembered time by `by_ms`: the wall clock was stepped by that much, and
+    /// what fired before the step is as long ago as it was.
+    pub fn shift(&mut self, by_ms: i64) {
+        for t in self.last.values_mut() {
+            *t = t.saturating_add(by_ms);
+        }
+    }
+
     /// When each rule (by id) last fired for each device.
     pub fn fired(&self) -> impl Iterator<Item = (&str, i64, i64)> + '_ {
         self.last.iter().map(|(&(rule, device), &t)| (self.rules[rule].id.as_str(), device, t))
@@ -262,7 +270,10 @@ impl Evaluator {
 
     fn fire(&mut self, rule: usize, d: DeviceFacts, t_ms: i64, value: String, units: &str, out: &mut Vec<Fired>) {
         let key = (rule, d.device_id);
-        if self.last.get(&key).is_some_and(|last| t_ms - last < self.rules[rule].repeat_ms) {
+        // Within the repeat window of the last time it fired. A last time ahead of this one
+        // (the clock was set back since) is no window: an alarm is never held back by the
+        // clock.
+        if self.last.get(&key).is_some_and(|last| (0..self.rules[rule].repeat_ms).contains(&(t_ms - last))) {
             return;
         }
         if self.last.len() >= limits::ALERT_STATE_ENTRIES_MAX && !self.last.contains_key(&key) {
@@ -314,8 +325,9 @@ impl Evaluator {
                 && now_ms - seen >= ms
                 && Self::applies(&self.rules[i], d)
             {
-                // Once per absence: a new absence is one that began after the last alert.
-                if self.last.get(&(i, d.device_id)).is_some_and(|t| *t >= seen) {
+                // Once per absence: a new absence is one that began after the last alert (an
+                // alert dated ahead of now, from before the clock was set back, says nothing).
+                if self.last.get(&(i, d.device_id)).is_some_and(|t| (seen..=now_ms).contains(t)) {
                     continue;
                 }
                 self.fire(i, d, now_ms, ((now_ms - seen) / 60_000).to_string(), "min", out);
@@ -372,6 +384,39 @@ mod tests {
         e.battery(d, 2600, 1, &mut out);
         e.battery(d, 2400, 2, &mut out);
         assert_eq!((out.len(), out[0].value.as_str(), out[0].units.as_str()), (1, "2.40", "V"));
+    }
+
+    /// A last firing dated ahead (the clock was set back since) holds nothing back: the alarm
+    /// fires, a new absence is alerted; moved with the clock (`shift`), the repeat window
+    /// holds as before.
+    #[test]
+    fn a_clock_set_back_holds_no_alert_back() {
+        let mut alarm = rule(Condition::AlarmEvent, vec![]);
+        alarm.id = "panic".into();
+        let mut gone = rule(Condition::NotSeen { ms: 600_000 }, vec![]);
+        gone.id = "gone".into();
+        let mut e = Evaluator::new(vec![alarm, gone]);
+        let d = DeviceFacts { device_id: 7, tagtype: None };
+        let mut out = Vec::new();
+        e.alarm_event(d, 10_000_000, &mut out);
+        e.unseen(d, Some(9_000_000), 10_000_000, &mut out);
+        assert_eq!(out.len(), 2);
+        // An hour back: pressed again a minute and a half later, by the clock's new time.
+        out.clear();
+        e.alarm_event(d, 10_000_000 - 3_600_000 + 90_000, &mut out);
+        assert_eq!(out.len(), 1, "the alarm fires");
+        // Seen by the new clock, then silent ten minutes: the alert of the last absence,
+        // dated ahead, is not this absence's.
+        out.clear();
+        e.unseen(d, Some(6_500_000), 7_100_000, &mut out);
+        assert_eq!(out.len(), 1, "a new absence");
+        // Moved with the clock: the window of the last firing holds.
+        let mut e = Evaluator::new(vec![rule(Condition::AlarmEvent, vec![])]);
+        out.clear();
+        e.alarm_event(d, 10_000_000, &mut out);
+        e.shift(-3_600_000);
+        e.alarm_event(d, 10_000_000 - 3_600_000 + 30_000, &mut out);
+        assert_eq!(out.len(), 1, "within the repeat window");
     }
 
     /// What fired before a restart or a reload, remembered by rule id, holds the same.

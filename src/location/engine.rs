@@ -241,6 +241,25 @@ impl Engine {
         &self.settings
     }
 
+    /// Moves every time the engine holds by `by_ms`: the wall clock its readings are stamped
+    /// with was stepped by that much (NTP setting a gateway's clock), and what was heard before
+    /// the step is as old as it was. Without it a step back holds every decision for as long as
+    /// the step (readings would be older than the newest), and a step forward makes every
+    /// device leave at once.
+    pub fn shift(&mut self, by_ms: i64) {
+        let at = |t: &mut i64| *t = t.saturating_add(by_ms);
+        self.receiver_last_ms.iter_mut().flatten().for_each(at);
+        for d in &mut self.devices {
+            for link in d.links.iter_mut().flatten() {
+                link.readings.iter_mut().for_each(|(t, _)| at(t));
+            }
+            d.last_ms.iter_mut().for_each(at);
+            at(&mut d.last_eval_ms);
+            d.last_update_ms.iter_mut().for_each(at);
+            at(&mut d.zone_since_ms);
+        }
+    }
+
     /// Forgets a device (its slot is given to another device later).
     pub fn forget(&mut self, device: usize) {
         if let Some(state) = self.devices.get_mut(device) {
@@ -759,6 +778,28 @@ mod tests {
         out.clear();
         feed(&mut e, &mut out, 100_000, 101_000, [-65, -127, -127]);
         assert_eq!(decisions(&out), [(100_000, "enter", 0)]);
+    }
+
+    /// The wall clock set back an hour, then forward a day: the engine goes on deciding as if
+    /// time had run on (without `shift` it holds every decision until the clock is back where
+    /// it was, and lets the device leave at the step forward).
+    #[test]
+    fn clock_steps_change_nothing_once_shifted() {
+        let mut e = Engine::new(&site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut e, &mut out, 0, 10_000, [-60, -80, -127]);
+        let back = -3_600_000;
+        e.shift(back);
+        feed(&mut e, &mut out, 10_000 + back, 30_000 + back, [-80, -58, -127]);
+        let d = decisions(&out);
+        assert_eq!(d.len(), 3, "{d:?}");
+        assert_eq!((d[1].1, d[1].2, d[2].1, d[2].2), ("exit", 0, "enter", 1));
+        assert!(d[2].0 > 10_000 + back && d[2].0 <= 20_000 + back, "{d:?}");
+        out.clear();
+        let forward = 86_400_000;
+        e.shift(forward);
+        feed(&mut e, &mut out, 30_000 + back + forward, 60_000 + back + forward, [-80, -58, -127]);
+        assert_eq!(decisions(&out), [], "still there: no exit, no enter");
     }
 
     #[test]

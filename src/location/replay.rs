@@ -61,6 +61,14 @@ impl Pipeline {
         Some(Heard { device: id.device, battery_mv: id.battery_mv })
     }
 
+    /// The wall clock was stepped by `by_ms`: the engine's times move with it.
+    pub fn shift(&mut self, by_ms: i64) {
+        self.engine.shift(by_ms);
+        if let Some(t) = &mut self.next_tick_ms {
+            *t = t.saturating_add(by_ms);
+        }
+    }
+
     /// Lets time pass to `t_ms` (ticks once per second of it).
     pub fn tick_until(&mut self, t_ms: i64, out: &mut Vec<Output>) {
         let next = *self.next_tick_ms.get_or_insert(t_ms);

@@ -176,6 +176,28 @@ impl Pending {
     }
 }
 
+/// Tells a step of the wall clock (NTP setting it, an operator's `date`) from time passing:
+/// between two looks, the wall clock should move as the monotonic one does.
+struct ClockSteps {
+    wall_ms: i64,
+    at: Instant,
+}
+
+impl ClockSteps {
+    fn new() -> ClockSteps {
+        ClockSteps { wall_ms: now_ms(), at: Instant::now() }
+    }
+
+    /// How far the wall clock was stepped since the last look, if it was.
+    fn step(&mut self) -> Option<i64> {
+        let (wall_ms, at) = (now_ms(), Instant::now());
+        let passed = i64::try_from(at.duration_since(self.at).as_millis()).unwrap_or(i64::MAX);
+        let step = wall_ms.saturating_sub(self.wall_ms).saturating_sub(passed);
+        (self.wall_ms, self.at) = (wall_ms, at);
+        (step.abs() >= limits::LOCATION_CLOCK_STEP_MS_MIN).then_some(step)
+    }
+}
+
 fn run(
     store: &Store,
     site: &SiteHandle,
@@ -207,7 +229,16 @@ fn run(
     let mut last_flush = Instant::now();
     let mut last_purge: Option<Instant> = None;
     let (mut purged_history, mut purged_alerts) = (0usize, 0usize);
+    let mut clock = ClockSteps::new();
     loop {
+        if let Some(step) = clock.step() {
+            log::warn!("location: the system clock was set {step:+} ms; the engine's and the alerts' times follow");
+            pipeline.shift(step);
+            alerts.shift(step);
+            if let Some(feed) = &mut feed {
+                feed.shift(step);
+            }
+        }
         match rx.recv_timeout(flush_every / 4) {
             Ok(advert) => {
                 if let Some(heard) = pipeline.advert(&advert, &mut outputs)

@@ -22,14 +22,23 @@ pub const RECEIVER_OU: &str = "receiver";
 const CA_YEARS: i16 = 10;
 const LEAF_YEARS: i16 = 5;
 
-/// From yesterday (clocks differ) for `years`.
-fn validity(params: &mut CertificateParams, years: i16) {
-    let today = jiff::Zoned::now().date();
+/// From yesterday (clocks differ) for `years`; refused while the system clock has not been
+/// set.
+fn validity(params: &mut CertificateParams, years: i16) -> Result<(), String> {
+    let now = jiff::Zoned::now();
+    if now.timestamp().as_second() < crate::limits::CLOCK_PLAUSIBLE_FROM_UNIX_S {
+        return Err(format!(
+            "the system clock says {}: certificates made now would not be valid once it is set; set it (NTP, or `date`) first",
+            now.timestamp()
+        ));
+    }
+    let today = now.date();
     let from = today.yesterday().unwrap_or(today);
     let until = from.saturating_add(jiff::Span::new().years(years));
     let ymd = |d: jiff::civil::Date| rcgen::date_time_ymd(i32::from(d.year()), d.month() as u8, d.day() as u8);
     params.not_before = ymd(from);
     params.not_after = ymd(until);
+    Ok(())
 }
 
 fn write(path: &Path, text: &str, private: bool) -> Result<(), String> {
@@ -62,7 +71,7 @@ pub fn init(dir: &Path, hosts: &[String], force: bool) -> Result<Vec<PathBuf>, S
     ca.distinguished_name.push(DnType::OrganizationName, "sitegate");
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-    validity(&mut ca, CA_YEARS);
+    validity(&mut ca, CA_YEARS)?;
     let ca_key = KeyPair::generate().map_err(err)?;
     let ca_cert = ca.self_signed(&ca_key).map_err(err)?;
     let issuer = Issuer::new(ca, &ca_key);
@@ -71,7 +80,7 @@ pub fn init(dir: &Path, hosts: &[String], force: bool) -> Result<Vec<PathBuf>, S
     server.distinguished_name.push(DnType::CommonName, hosts.first().cloned().unwrap_or_else(|| "sitegate".into()));
     server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     server.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    validity(&mut server, LEAF_YEARS);
+    validity(&mut server, LEAF_YEARS)?;
     let server_key = KeyPair::generate().map_err(err)?;
     let server_cert = server.signed_by(&server_key, &issuer).map_err(err)?;
 
@@ -107,7 +116,7 @@ pub fn client(ca_dir: &Path, org: &str, name: &str, receiver: bool, out: &Path) 
     }
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    validity(&mut params, LEAF_YEARS);
+    validity(&mut params, LEAF_YEARS)?;
     let key = KeyPair::generate().map_err(err)?;
     let cert = params.signed_by(&key, &issuer).map_err(err)?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;

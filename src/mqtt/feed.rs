@@ -280,6 +280,14 @@ impl Feed {
         self.restored = Some((now_ms.saturating_add(away_timeout_ms), self.online.clone()));
     }
 
+    /// The wall clock was stepped by `by_ms`: the deadline for devices to be placed again
+    /// moves with it.
+    pub fn shift(&mut self, by_ms: i64) {
+        if let Some((until, _)) = &mut self.restored {
+            *until = until.saturating_add(by_ms);
+        }
+    }
+
     /// Renders and queues what one written batch means for the feed; state changes are
     /// stored (in one write) so that a restart can publish them again.
     pub fn batch(&mut self, store: &Store, site: &Site, events: &[LocationEvent], now_ms: i64) {

@@ -223,10 +223,14 @@ impl Store {
     }
 
     /// Forgets alerts older than `before_ms` (at most `rows_max` in one write).
+    /// Forgets alerts raised before `before_ms`, up to `rows_max` of them, but not an Alarm
+    /// nobody has acknowledged: however old (or however far the clock jumped), it stays open
+    /// until someone has seen it.
     pub fn purge_alerts(&self, before_ms: i64, rows_max: u32) -> Result<usize> {
         self.write(|tx| {
             Ok(tx.exec(
-                "DELETE FROM alerts WHERE id IN (SELECT id FROM alerts WHERE t_ms < ?1 ORDER BY id LIMIT ?2)",
+                "DELETE FROM alerts WHERE id IN (SELECT id FROM alerts WHERE t_ms < ?1
+                 AND (type <> 'Alarm' OR acked_ms IS NOT NULL) ORDER BY id LIMIT ?2)",
                 (before_ms, rows_max),
             )?)
         })
@@ -269,6 +273,38 @@ mod tests {
         assert_eq!(severe[0].id, alarm);
         assert!(severe[1..].iter().all(|a| a.kind == "Warn"), "then the Warns, newest first");
         assert!(severe[1..].windows(2).all(|w| w[0].id > w[1].id));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Old alerts go, but an open Alarm stays until acknowledged.
+    #[test]
+    fn purging_keeps_alarms_nobody_acknowledged() {
+        let dir = std::env::temp_dir().join(format!("sitegate-alert-purge-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        store.write(|tx| Ok(tx.execute_batch("INSERT INTO organizations (id, name) VALUES ('o', 'O');")?)).unwrap();
+        let alert = |kind: &'static str, t_ms: i64| NewAlert {
+            org: "o",
+            rule: "r",
+            kind,
+            device_id: 1,
+            contact_id: None,
+            text: "t",
+            value: "",
+            units: "",
+            t_ms,
+        };
+        let (open_alarm, _) = store.create_alert(&alert("Alarm", 1), None).unwrap();
+        let (seen_alarm, _) = store.create_alert(&alert("Alarm", 2), None).unwrap();
+        store.ack_alert("o", seen_alarm, 1, 3).unwrap();
+        store.create_alert(&alert("Warn", 4), None).unwrap();
+        store.create_alert(&alert("Monitor", 5), None).unwrap();
+        let (newer, _) = store.create_alert(&alert("Warn", 1_000), None).unwrap();
+        assert_eq!(store.purge_alerts(500, 100).unwrap(), 3);
+        let mut left: Vec<i64> =
+            store.alerts("o", true, None, AlertOrder::Newest, 10).unwrap().iter().map(|a| a.id).collect();
+        left.sort_unstable();
+        assert_eq!(left, vec![open_alarm, newer]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

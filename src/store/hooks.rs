@@ -396,29 +396,35 @@ impl Store {
     }
 
     /// The heads of the hooks' queues: for each hook with pending deliveries (not in `busy`)
-    /// whose oldest is due by `now` and that `take` accepts (a free sender for it), up to
-    /// `per_hook` of its oldest, in order. `take` is told the hook, its URL and whether its
-    /// oldest delivery was tried before (its receiver failed it). Only accepted hooks'
-    /// deliveries are read, so what is held in memory is bounded by the senders, not by the
-    /// hooks with a backlog. Also when the next not-yet-due head is due (Unix seconds), if any.
+    /// whose oldest is due by `now` (see `due`; `retry_delays_s` as configured) and that
+    /// `take` accepts (a free sender for it), up to `per_hook` of its oldest, in order. `take`
+    /// is told the hook, its URL and whether its oldest delivery was tried before (its receiver
+    /// failed it). Only accepted hooks' deliveries are read, so what is held in memory is
+    /// bounded by the senders, not by the hooks with a backlog. Also when the next not-yet-due
+    /// head is due (Unix seconds), if any.
     pub fn due_deliveries(
         &self,
         now: i64,
+        retry_delays_s: &[u64],
         busy: &[i64],
         per_hook: u32,
         mut take: impl FnMut(i64, &str, bool) -> bool,
     ) -> Result<(Vec<Vec<Outgoing>>, Option<i64>)> {
         self.read(|tx| {
             let mut heads = tx.prepare_cached(
-                "SELECT h.id, d.next_at, h.url, d.attempts > 0 FROM hooks h JOIN deliveries d ON d.id = h.head
+                "SELECT h.id, d.next_at, h.url, d.attempts FROM hooks h JOIN deliveries d ON d.id = h.head
                  WHERE h.pending > 0 AND h.id NOT IN (SELECT value FROM json_each(?1))",
             )?;
             let heads = heads
                 .query_map([json_ids(busy)], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, bool>(3)?))
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            let next = heads.iter().map(|(_, at, _, _)| *at).filter(|at| *at > now).min();
+            let next = heads
+                .iter()
+                .filter(|(_, at, _, attempts)| !due(*at, *attempts, now, retry_delays_s))
+                .map(|(_, at, _, _)| *at)
+                .min();
             let mut batches = Vec::new();
             let mut stmt = tx.prepare_cached(
                 "SELECT d.id, d.hook_id, h.url, h.secret, d.contenttype, d.event, p.body, d.attempts, d.next_at
@@ -426,8 +432,8 @@ impl Store {
                       JOIN payloads p ON p.id = d.payload_id
                  WHERE h.id = ?1 ORDER BY d.id LIMIT ?2",
             )?;
-            for (hook, at, url, tried) in heads {
-                if at > now || !take(hook, &url, tried) {
+            for (hook, at, url, attempts) in heads {
+                if !due(at, attempts, now, retry_delays_s) || !take(hook, &url, attempts > 0) {
                     continue;
                 }
                 let batch = stmt
@@ -449,7 +455,13 @@ impl Store {
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 // Only the deliveries already due; a later one waits for its time.
-                batches.push(batch.into_iter().take_while(|(_, at)| *at <= now).map(|(o, _)| o).collect());
+                batches.push(
+                    batch
+                        .into_iter()
+                        .take_while(|(o, at)| due(*at, o.attempts, now, retry_delays_s))
+                        .map(|(o, _)| o)
+                        .collect(),
+                );
             }
             Ok((batches, next))
         })
@@ -509,8 +521,17 @@ impl Store {
     /// (Unix seconds), the payloads no delivery refers to any more, and deleted hooks with no
     /// delivery left. Returns how many deliveries it forgot: `rows_max` means there may be more
     /// (each call is one short write).
-    pub fn purge_deliveries(&self, before: i64, rows_max: u32) -> Result<usize> {
+    ///
+    /// A finish time ahead of `now` comes from a wall clock stepped back since: up to `rows_max`
+    /// such deliveries are taken as finished `now`, so they are kept the retention from here,
+    /// not for as long as the step besides.
+    pub fn purge_deliveries(&self, now: i64, before: i64, rows_max: u32) -> Result<usize> {
         self.write(|tx| {
+            tx.exec(
+                "UPDATE deliveries SET finished = ?1
+                 WHERE id IN (SELECT id FROM deliveries WHERE state <> 0 AND finished > ?1 LIMIT ?2)",
+                (now, rows_max),
+            )?;
             let gone: Vec<(i64, i64)> = tx
                 .prepare_cached(
                     "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state <> 0 AND finished < ?1
@@ -677,6 +698,23 @@ impl Store {
     }
 }
 
+/// Whether a pending delivery, `attempts` tried and due at `next_at`, is due at `now`: its
+/// time has come, or it lies further ahead than the delay that set it. Due times are taken
+/// from the wall clock, and one stepped back (NTP correcting a clock that ran ahead, a gateway
+/// without a battery-backed clock) leaves them ahead by the step: the hook's queue would wait
+/// that long behind its head. So a due time ahead of now by more than its delay (none for a
+/// delivery never tried, written due at once; a retry's configured delay for its attempt, or
+/// the longest if the configuration has none for it any more), plus the second a retry's due
+/// time is rounded up by, counts as due now.
+fn due(next_at: i64, attempts: i64, now: i64, retry_delays_s: &[u64]) -> bool {
+    let delay_s = match usize::try_from(attempts - 1) {
+        Ok(n) => retry_delays_s.get(n).or(retry_delays_s.iter().max()).copied().unwrap_or(0),
+        Err(_) => 0,
+    };
+    let ahead_s = next_at.saturating_sub(now);
+    ahead_s <= 0 || ahead_s > i64::try_from(delay_s).unwrap_or(i64::MAX).saturating_add(1)
+}
+
 /// Where a hook's pending deliveries start (past the end when it has none).
 fn queue_start(tx: &Connection, hook_id: i64) -> Result<i64> {
     Ok(tx.query_row(
@@ -821,12 +859,12 @@ mod tests {
             .unwrap();
         }
         let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).unwrap() };
-        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 2);
+        assert_eq!(store.purge_deliveries(10_000, 1_000, 2).unwrap(), 2);
         assert_eq!(count("SELECT count(*) FROM deliveries"), 5);
         assert_eq!(count("SELECT min(id) FROM payloads"), 3);
-        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 2);
-        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 1);
-        assert_eq!(store.purge_deliveries(1_000, 2).unwrap(), 0);
+        assert_eq!(store.purge_deliveries(10_000, 1_000, 2).unwrap(), 2);
+        assert_eq!(store.purge_deliveries(10_000, 1_000, 2).unwrap(), 1);
+        assert_eq!(store.purge_deliveries(10_000, 1_000, 2).unwrap(), 0);
         let ids = |table: &str| -> String {
             raw.query_row(&format!("SELECT group_concat(id) FROM (SELECT id FROM {table} ORDER BY id)"), [], |r| {
                 r.get(0)
@@ -859,10 +897,147 @@ mod tests {
             )
             .unwrap();
         }
-        assert_eq!(store.purge_deliveries(1_000, 100).unwrap(), 1);
+        assert_eq!(store.purge_deliveries(10_000, 1_000, 100).unwrap(), 1);
         let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).unwrap() };
         assert_eq!(count("SELECT count(*) FROM deliveries"), 2);
         assert_eq!(count("SELECT count(*) FROM payloads"), 2, "the shared payload stays");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A finish time ahead of now (the delivery finished while the clock ran ahead) ages from
+    /// now: the delivery is kept the retention from here, not for as long as the clock was
+    /// ahead besides.
+    #[test]
+    fn a_finish_time_ahead_of_now_ages_from_now() {
+        let (dir, store, raw) = fixture("purge-ahead");
+        let (now, kept_s) = (1_000_000_000, 7 * 86_400);
+        // Delivery 1 finished a year ahead of now, 2 before the retention.
+        for (id, finished) in [(1, now + 365 * 86_400), (2, now - kept_s - 1)] {
+            raw.execute("INSERT INTO payloads (id, body) VALUES (?1, x'00')", [id]).unwrap();
+            raw.execute(
+                "INSERT INTO deliveries (id, hook_id, event, object_id, contenttype, payload_id, state, next_at, created,
+                                         finished)
+                 VALUES (?1, 1, 'items.create', 1, 'xml', ?1, 1, 0, 0, ?2)",
+                (id, finished),
+            )
+            .unwrap();
+        }
+        let finished = || -> Vec<i64> {
+            let mut stmt = raw.prepare("SELECT finished FROM deliveries ORDER BY id").unwrap();
+            stmt.query_map([], |r| r.get(0)).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+        };
+        assert_eq!(store.purge_deliveries(now, now - kept_s, 100).unwrap(), 1);
+        assert_eq!(finished(), [now], "taken as finished now");
+        assert_eq!(store.purge_deliveries(now + kept_s, now, 100).unwrap(), 0, "kept the retention");
+        assert_eq!(store.purge_deliveries(now + kept_s + 1, now + 1, 100).unwrap(), 1, "and no longer");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// When a pending delivery is due, by how far its due time lies ahead of now and how often
+    /// it was tried, with the default delays (60, 300, 1800, 7200 s): ahead by more than the
+    /// delay that set it (and the second it is rounded up by), only a clock stepped back since
+    /// can have put it there, and it is due now; within its delay it waits.
+    #[test]
+    fn a_due_time_ahead_by_more_than_its_delay_is_due() {
+        let delays = crate::limits::WEBHOOK_RETRY_DELAYS_S_DEFAULT;
+        let now = 1_000_000_000;
+        // (seconds ahead of now, attempts, due)
+        let rows = [
+            // Never tried: due when written.
+            (-5, 0, true),
+            (0, 0, true),
+            (1, 0, false),
+            (2, 0, true),
+            (3_600, 0, true),
+            // The first retry, 60 s after the first attempt.
+            (-1, 1, true),
+            (60, 1, false),
+            (61, 1, false),
+            (62, 1, true),
+            (3_660, 1, true),
+            (5 * 365 * 86_400, 1, true),
+            (i64::MAX - now, 1, true),
+            // The second, 300 s; the fourth, 7200 s.
+            (301, 2, false),
+            (302, 2, true),
+            (7_201, 4, false),
+            (7_202, 4, true),
+            // Tried more often than there are delays now (fewer configured since): the longest.
+            (7_201, 9, false),
+            (7_202, 9, true),
+        ];
+        for (ahead_s, attempts, expected) in rows {
+            assert_eq!(
+                super::due(now + ahead_s, attempts, now, &delays),
+                expected,
+                "{ahead_s} s ahead, {attempts} attempts"
+            );
+        }
+    }
+
+    /// After the clock was stepped back, deliveries whose due times now lie far ahead are handed
+    /// out at once, each hook's in order; a retry within its delay still waits, and its hook's
+    /// queue behind it, and is the next due time.
+    #[test]
+    fn deliveries_ahead_after_a_clock_step_back_are_handed_out_in_order() {
+        let (dir, store, raw) = fixture("due-ahead");
+        let now = 1_000_000_000;
+        // (delivery, hook, attempts, due time ahead of now), the hooks' deliveries interleaved.
+        // Hook 1: a retry set 60 s ahead, then the clock stepped back an hour, and deliveries
+        // written before the step. Hook 2: written while the clock ran five years ahead.
+        // Hook 3: a retry due in 30 s, and a delivery written before a step behind it.
+        // Hook 4: due ones, and one written before a step.
+        let rows = [
+            (1, 1, 1, 3_660),
+            (2, 2, 0, 5 * 365 * 86_400),
+            (3, 3, 1, 30),
+            (4, 4, 0, -10),
+            (5, 1, 0, 3_590),
+            (6, 2, 0, 5 * 365 * 86_400 + 1),
+            (7, 3, 0, 3_600),
+            (8, 4, 0, -5),
+            (9, 1, 0, 3_600),
+            (10, 2, 0, 5 * 365 * 86_400 + 1),
+            (11, 4, 0, 3_600),
+            (12, 1, 0, 3_600),
+        ];
+        for hook in 1..=4 {
+            let ids: Vec<i64> = rows.iter().filter(|r| r.1 == hook).map(|r| r.0).collect();
+            raw.execute(
+                "INSERT INTO hooks (id, org, owner, title, active, event, constrainttype, url, contenttype, secret,
+                                    pending, head, created, updated)
+                 VALUES (?1, 'acme', 1, 'h', 1, 'items.create', 'all', 'http://x', 'json', 's', ?2, ?3, 0, 0)",
+                (hook, ids.len() as i64, ids[0]),
+            )
+            .unwrap();
+        }
+        for (id, hook, attempts, ahead_s) in rows {
+            raw.execute("INSERT INTO payloads (id, body) VALUES (?1, x'00')", [id]).unwrap();
+            raw.execute(
+                "INSERT INTO deliveries (id, hook_id, event, object_id, contenttype, payload_id, attempts, next_at,
+                                         created)
+                 VALUES (?1, ?2, 'items.create', 1, 'json', ?1, ?3, ?4, 0)",
+                (id, hook, attempts, now + ahead_s),
+            )
+            .unwrap();
+        }
+        let delays = crate::limits::WEBHOOK_RETRY_DELAYS_S_DEFAULT;
+        let mut taken = Vec::new();
+        let (batches, next) = store
+            .due_deliveries(now, &delays, &[], 32, |hook, _, tried| {
+                taken.push((hook, tried));
+                true
+            })
+            .unwrap();
+        let mut handed: Vec<(i64, Vec<i64>)> =
+            batches.iter().map(|b| (b[0].hook_id, b.iter().map(|o| o.id).collect())).collect();
+        handed.sort();
+        taken.sort();
+        assert_eq!(handed, [(1, vec![1, 5, 9, 12]), (2, vec![2, 6, 10]), (4, vec![4, 8, 11])]);
+        assert_eq!(taken, [(1, true), (2, false), (4, false)], "hooks taken, and whether tried before");
+        assert_eq!(next, Some(now + 30));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -892,7 +1067,7 @@ mod tests {
             )
             .unwrap();
         }
-        assert_eq!(store.purge_deliveries(1_000, 1_000).unwrap(), 299);
+        assert_eq!(store.purge_deliveries(10_000, 1_000, 1_000).unwrap(), 299);
         let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).unwrap() };
         assert_eq!(count("SELECT count(*) FROM payloads"), 1, "only the pending delivery's payload stays");
         assert_eq!(count("SELECT count(*) FROM hooks WHERE id <> 1"), 0, "the deleted hook went with its deliveries");

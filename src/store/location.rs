@@ -270,13 +270,17 @@ impl Store {
         if batch.is_empty() {
             return Ok(());
         }
+        let now = crate::timefmt::now_ms();
         self.write(|tx| {
             for e in &batch.events {
                 match e {
+                    // Never back to an older time (a batch written late), unless the stored
+                    // one lies ahead of now: the clock was set back since.
                     LocationEvent::Seen { device_id, t_ms } => {
                         tx.exec(
-                            "UPDATE devices SET last_seen_ms = max(coalesce(last_seen_ms, 0), ?2) WHERE id = ?1",
-                            (device_id, t_ms),
+                            "UPDATE devices SET last_seen_ms = CASE WHEN last_seen_ms > ?3 THEN ?2
+                             ELSE max(coalesce(last_seen_ms, 0), ?2) END WHERE id = ?1",
+                            (device_id, t_ms, now),
                         )?;
                     }
                     LocationEvent::Battery { device_id, t_ms, mv } => {

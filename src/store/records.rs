@@ -304,9 +304,13 @@ impl Store {
             };
             let flagged = changes.flagged.unwrap_or(current.flagged);
             let name = record_type.display_name(&fields);
+            // `updated` never goes back, here or where a record is deleted or restored: after
+            // the wall clock is stepped back (NTP correcting a clock that ran ahead), a change
+            // stamped before the one it follows is lost to clients syncing by `updated`, and
+            // the record would seem changed before it was created.
             tx.exec(
-                "UPDATE items SET name = ?2, fields = ?3, search = ?4, ownership = ?5, flagged = ?6, updated = ?7,
-                                  modificator = ?8
+                "UPDATE items SET name = ?2, fields = ?3, search = ?4, ownership = ?5, flagged = ?6,
+                                  updated = max(?7, updated), modificator = ?8
                  WHERE id = ?1",
                 (
                     id,
@@ -347,11 +351,12 @@ impl Store {
             let now = now_secs();
             // The record, then its activities (two statements: each uses its index).
             tx.exec(
-                "UPDATE items SET archived = ?1, updated = ?2, modificator = ?3 WHERE id = ?1 AND archived IS NULL",
+                "UPDATE items SET archived = ?1, updated = max(?2, updated), modificator = ?3
+                 WHERE id = ?1 AND archived IS NULL",
                 (id, now, viewer.user_id),
             )?;
             tx.exec(
-                "UPDATE items SET archived = ?1, updated = ?2, modificator = ?3
+                "UPDATE items SET archived = ?1, updated = max(?2, updated), modificator = ?3
                  WHERE record_id = ?1 AND parent IS NOT NULL AND archived IS NULL",
                 (id, now, viewer.user_id),
             )?;
@@ -366,11 +371,12 @@ impl Store {
             load_record_in(tx, viewer, record_type, id, State::Deleted)?;
             let now = now_secs();
             tx.exec(
-                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3 WHERE id = ?1 AND archived = ?1",
+                "UPDATE items SET archived = NULL, updated = max(?2, updated), modificator = ?3
+                 WHERE id = ?1 AND archived = ?1",
                 (id, now, viewer.user_id),
             )?;
             tx.exec(
-                "UPDATE items SET archived = NULL, updated = ?2, modificator = ?3
+                "UPDATE items SET archived = NULL, updated = max(?2, updated), modificator = ?3
                  WHERE record_id = ?1 AND parent IS NOT NULL AND archived = ?1",
                 (id, now, viewer.user_id),
             )?;
@@ -1102,7 +1108,7 @@ fn tree_order(root: i64, rows: Vec<ActivityRow>) -> Vec<ActivityRow> {
 
 #[cfg(test)]
 mod tests {
-    use super::nocase_cmp;
+    use super::*;
 
     /// Category tags are sorted in Rust as SQLite's `ORDER BY name COLLATE NOCASE` would.
     #[test]
@@ -1126,5 +1132,86 @@ mod tests {
         let mut by_rust: Vec<&str> = names.to_vec();
         by_rust.sort_by(|a, b| nocase_cmp(a, b));
         assert_eq!(by_rust, by_sqlite);
+    }
+
+    /// A record and its activity stamped while the wall clock ran an hour ahead, then changed
+    /// after NTP stepped it back: `updated` stays where it was (never before the previous
+    /// stamp, nor `created`), through an update, a delete and a restore; once the clock is
+    /// past it, a change moves it on.
+    #[test]
+    fn updated_never_goes_back_when_the_clock_does() {
+        let dir = std::env::temp_dir().join(format!("sitegate-updated-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        store.sync_organizations(&[crate::config::Organization { id: "acme".into(), name: "Acme".into() }]).unwrap();
+        let ann = super::super::NewUser {
+            org: "acme",
+            email: "ann@acme.test",
+            name: "Ann",
+            admin: true,
+            prevent_private: false,
+            groups: &[],
+            token_sha256: &[0; 32],
+        };
+        let viewer = Viewer {
+            user_id: store.create_user(&ann).unwrap(),
+            org: "acme".into(),
+            admin: true,
+            prevent_private: false,
+            groups: vec![],
+        };
+        let fields = |name: &str| FieldValues::from([("lastname".to_string(), name.to_string())]);
+        let new = NewRecord {
+            record_type: RecordType::Contact,
+            fields: fields("Lee"),
+            ownership: None,
+            flagged: false,
+            categories_add: Vec::new(),
+            related_add: Vec::new(),
+        };
+        let id = store.create_record(&viewer, new).unwrap();
+        let note = super::super::NewActivity {
+            kind: crate::model::activity::ActivityType::Note,
+            parent: id,
+            fields: FieldValues::from([("title".to_string(), "Met".to_string())]),
+            place: None,
+            upload: None,
+        };
+        store.create_activity(&viewer, note).unwrap();
+        // Created and last changed (record, then activity) at `at`.
+        let stamp = |at: i64| {
+            store.write(|tx| {
+                Ok(tx.execute("UPDATE items SET created = ?1, updated = ?1 WHERE record_id = ?2", (at, id))?)
+            })
+        };
+        let stamps = || -> Vec<(i64, i64)> {
+            store
+                .read(|tx| {
+                    let mut stmt = tx.prepare("SELECT created, updated FROM items WHERE record_id = ?1 ORDER BY id")?;
+                    let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    Ok(rows.collect::<rusqlite::Result<_>>()?)
+                })
+                .unwrap()
+        };
+        let ahead = now_secs() + 3_600;
+        assert_eq!(stamp(ahead).unwrap(), 2);
+        let changes = || RecordChanges { fields: fields("Li"), ..Default::default() };
+        store.update_record(&viewer, RecordType::Contact, id, changes()).unwrap();
+        assert_eq!(stamps(), vec![(ahead, ahead); 2], "after an update");
+        store.delete_record(&viewer, RecordType::Contact, id).unwrap();
+        assert_eq!(stamps(), vec![(ahead, ahead); 2], "after a delete");
+        store.restore_record(&viewer, RecordType::Contact, id).unwrap();
+        assert_eq!(stamps(), vec![(ahead, ahead); 2], "after a restore");
+        assert_eq!(store.show_record(&viewer, RecordType::Contact, id).unwrap().record.fields, fields("Li"));
+        // Stamped an hour ago: a change is stamped now.
+        let behind = now_secs() - 3_600;
+        stamp(behind).unwrap();
+        let before = now_secs();
+        store.update_record(&viewer, RecordType::Contact, id, changes()).unwrap();
+        let record = store.show_record(&viewer, RecordType::Contact, id).unwrap().record;
+        assert!((before..=now_secs()).contains(&record.updated), "{} not now", record.updated);
+        assert_eq!(record.created, behind);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -307,6 +307,50 @@ fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
     assert_eq!(state["data"]["state"], "alarm", "{state}");
 }
 
+/// The gateway's clock set back an hour (NTP correcting it) while a badge is in the office:
+/// its panic button still raises an Alarm once the repeat window has passed, and the engine
+/// still follows the badge into the kitchen. The service runs under libfaketime, which reads
+/// the clock's offset from a file at every look; the monotonic clock runs as it does.
+#[test]
+fn a_clock_set_back_holds_back_neither_alarms_nor_the_engine() {
+    let clock = test_dir("alerts_clock_step_offset").join("offset");
+    std::fs::write(&clock, "+0").unwrap();
+    // The library without its thread-safe locking: that one does not read the file again.
+    let (lib, clock_file) = (libfaketime().replace("libfaketimeMT", "libfaketime"), clock.display().to_string());
+    let env = vec![
+        ("LD_PRELOAD", lib.as_str()),
+        ("FAKETIME_TIMESTAMP_FILE", clock_file.as_str()),
+        ("FAKETIME_NO_CACHE", "1"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let config = config().replacen(
+        "when = \"alarm\"\ntag_types = [1]\n",
+        "when = \"alarm\"\ntag_types = [1]\nrepeat_s = 2\n",
+        1,
+    );
+    assert!(config.contains("repeat_s = 2"));
+    let s = Service::start_with("alerts_clock_step", Options { config: &config, env });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    report_until(&scanner, &c, true, "Alarm", 1);
+    wait_for("the badge in the office", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(200));
+        (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(())
+    });
+
+    std::fs::write(&clock, "-3600").unwrap();
+    wait_for("the step in the journal", || s.stderr().contains("the system clock was set -36").then_some(()));
+    report_until(&scanner, &c, true, "Alarm", 2);
+    wait_for("the badge in the kitchen", || {
+        scanner.publish("acme/receivers/rx-a/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(200));
+        (c.get_json("/devices/1").json()["device"]["zoneid"] == 21).then_some(())
+    });
+}
+
 /// A site reload starts the zone engine over: the badge, placed again where it stood, raises
 /// no `enter` alert again, and when it then falls silent it goes offline on the feed.
 #[test]

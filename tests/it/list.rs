@@ -293,23 +293,11 @@ fn due_filters_follow_open_tasks_and_followups() {
     panic!("the date changed twice during the test");
 }
 
-/// Where libfaketime is (Debian's `faketime` package; the test script installs it).
-fn libfaketime() -> std::path::PathBuf {
-    for dir in ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/lib/faketime"] {
-        let p = std::path::Path::new(dir).join("libfaketimeMT.so.1");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libfaketime is missing: install Debian's `faketime` package (scripts/test does)");
-}
-
 #[test]
 fn time_filters_viewed_created_updated() {
     // Ten days ago (the service runs under libfaketime): three records, one shown.
-    let lib = libfaketime();
-    let lib = lib.to_str().unwrap();
-    let env = vec![("LD_PRELOAD", lib), ("FAKETIME", "-10d"), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")];
+    let lib = crate::support::libfaketime();
+    let env = vec![("LD_PRELOAD", lib.as_str()), ("FAKETIME", "-10d"), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")];
     let s = Service::start_with(
         "time_filters_viewed_created_updated",
         crate::support::Options { config: crate::support::BASE_CONFIG, env },

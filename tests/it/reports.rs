@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use expect_test::expect_file;
 
-use crate::support::{BASE_CONFIG, Client, Options, Req, Service, Transcript, q};
+use crate::support::{BASE_CONFIG, Client, Options, Req, Service, Transcript, libfaketime, q};
 
 /// The ids a JSON report lists (under `list`).
 fn ids(c: &Client, list: &str, path: &str) -> BTreeSet<i64> {
@@ -275,17 +275,6 @@ fn report_filters() {
         return;
     }
     panic!("the date changed twice during the test");
-}
-
-/// Where libfaketime is (Debian's `faketime` package).
-fn libfaketime() -> String {
-    for dir in ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/lib/faketime"] {
-        let p = std::path::Path::new(dir).join("libfaketimeMT.so.1");
-        if p.exists() {
-            return p.display().to_string();
-        }
-    }
-    panic!("libfaketime is missing: install Debian's `faketime` package (scripts/test does)");
 }
 
 #[test]

@@ -284,6 +284,17 @@ pub fn basic(email: &str, token: &str) -> String {
 }
 
 /// Polls `f` until it returns `Some`, failing after a generous deadline.
+/// Where libfaketime is (Debian's `faketime` package; the test script installs it).
+pub fn libfaketime() -> String {
+    for dir in ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/lib/faketime"] {
+        let p = Path::new(dir).join("libfaketimeMT.so.1");
+        if p.exists() {
+            return p.display().to_string();
+        }
+    }
+    panic!("libfaketime is missing: install Debian's `faketime` package (scripts/test does)");
+}
+
 pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
