@@ -211,8 +211,6 @@ pub const STORE_CHANGED_RETRIES_MAX: usize = 8;
 /// Bytes of write-ahead log kept once it has been checkpointed (`journal_size_limit`): a
 /// larger log is cut back to this size.
 pub const STORE_WAL_BYTES_KEPT_MAX: u64 = 8 * 1024 * 1024;
-/// Failed batch commits remembered for the writes that wait on them.
-pub const STORE_BATCH_FAILURES_KEPT: usize = 64;
 /// `restore` keeps the database it replaces as `<database>.before-restore-<time>`, then `-2`,
 /// `-3`, ... for restores within the same second, up to this many names.
 pub const KEPT_DATABASE_NAMES_MAX: usize = 100;
@@ -412,6 +410,9 @@ pub const ALERT_LIST_MAX: u32 = 1_000;
 
 /// Alerts forgotten per purge write (older than `[location] retention_days`).
 pub const ALERT_PURGE_ROWS_MAX: u32 = 2_000;
+/// Alerts raised (and published) that the database refused (a full disk), kept to be
+/// recorded when it takes them again; beyond, the newest are logged and not recorded.
+pub const ALERT_UNRECORDED_MAX: usize = 1_000;
 
 /// The upstream bridge: messages queued on disk while upstream is down
 /// (`[mqtt] bridge_queue_max`), in flight unacknowledged, and written to the queue per write.

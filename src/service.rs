@@ -571,7 +571,9 @@ impl Flusher {
                         stopped.recv_timeout(viewed_every),
                         Err(crossbeam_channel::RecvTimeoutError::Timeout)
                     );
-                    if let Err(e) = app.store.flush_viewed() {
+                    if let Err(e) = app.store.flush_viewed()
+                        && !e.logged_once()
+                    {
                         log::warn!("cannot write viewed stamps: {e}");
                     }
                     let dropped = app.store.viewed_dropped();

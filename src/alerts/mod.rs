@@ -32,15 +32,48 @@ struct Known {
     resumed: Option<(i64, i64)>,
 }
 
+/// An alert raised and published that the database did not take: recorded later, as it was.
+struct Unrecorded {
+    org: String,
+    rule: String,
+    kind: AlertType,
+    device_id: i64,
+    contact_id: Option<i64>,
+    text: String,
+    value: String,
+    units: String,
+    t_ms: i64,
+    ticket_title: Option<String>,
+}
+
+impl Unrecorded {
+    fn record(&self, store: &Store) -> crate::store::Result<i64> {
+        let new = NewAlert {
+            org: &self.org,
+            rule: &self.rule,
+            kind: self.kind.as_str(),
+            device_id: self.device_id,
+            contact_id: self.contact_id,
+            text: &self.text,
+            value: &self.value,
+            units: &self.units,
+            t_ms: self.t_ms,
+        };
+        store.create_alert(&new, self.ticket_title.as_deref()).map(|(id, _)| id)
+    }
+}
+
 /// The alerts side of the location thread.
 pub struct Alerts {
     eval: Evaluator,
     devices: HashMap<i64, Known>,
+    /// Oldest first, up to `ALERT_UNRECORDED_MAX`.
+    unrecorded: Vec<Unrecorded>,
 }
 
 impl Alerts {
     pub fn new(rules: Arc<Vec<Rule>>) -> Alerts {
-        Alerts { eval: Evaluator::new(rules.as_ref().clone()), devices: HashMap::new() }
+        Alerts { eval: Evaluator::new(rules.as_ref().clone()), devices: HashMap::new(), unrecorded: Vec::new() }
     }
 
     pub fn set_rules(&mut self, rules: &[Rule]) {
@@ -179,30 +212,67 @@ impl Alerts {
         }
     }
 
+    /// Records the alerts the database refused before, oldest first, as far as it takes them.
+    fn record_unrecorded(&mut self, store: &Store) {
+        let mut recorded = 0;
+        for alert in &self.unrecorded {
+            match alert.record(store) {
+                Ok(id) => {
+                    log::info!(
+                        "alert {id}: {} {} (device {}), recorded late",
+                        alert.kind.as_str(),
+                        alert.text,
+                        alert.device_id
+                    );
+                    recorded += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        self.unrecorded.drain(..recorded);
+    }
+
     /// Records what fired, creates the tickets of alarms, and publishes Warn and Alarm on
     /// the feed (with the device's state for alarm buttons and low batteries).
     pub fn act(&mut self, store: &Store, mut feed: Option<&mut Feed>, fired: &mut Vec<Fired>) {
+        self.record_unrecorded(store);
         for f in fired.drain(..) {
             let rule = &self.eval.rules[f.rule];
             let Some(k) = self.devices.get(&f.device_id) else { continue };
-            let ticket_title = (rule.kind == AlertType::Alarm).then(|| match &k.contact_name {
-                Some(name) => format!("Alarm: {} ({name})", rule.text),
-                None => format!("Alarm: {}", rule.text),
-            });
-            let new = NewAlert {
-                org: &k.org,
-                rule: &rule.id,
-                kind: rule.kind.as_str(),
+            let alert = Unrecorded {
+                org: k.org.clone(),
+                rule: rule.id.clone(),
+                kind: rule.kind,
                 device_id: f.device_id,
                 contact_id: k.contact_id,
-                text: &rule.text,
-                value: &f.value,
-                units: &f.units,
+                text: rule.text.clone(),
+                value: f.value.clone(),
+                units: f.units.clone(),
                 t_ms: f.t_ms,
+                ticket_title: (rule.kind == AlertType::Alarm).then(|| match &k.contact_name {
+                    Some(name) => format!("Alarm: {} ({name})", rule.text),
+                    None => format!("Alarm: {}", rule.text),
+                }),
             };
-            match store.create_alert(&new, ticket_title.as_deref()) {
-                Ok((id, _)) => log::info!("alert {id}: {} {} (device {})", rule.kind.as_str(), rule.text, f.device_id),
-                Err(e) => log::warn!("alerts: cannot record {} for device {}: {e}", rule.id, f.device_id),
+            // Later alerts wait behind earlier ones that the database refused.
+            match self.unrecorded.is_empty().then(|| alert.record(store)) {
+                Some(Ok(id)) => log::info!("alert {id}: {} {} (device {})", rule.kind.as_str(), rule.text, f.device_id),
+                Some(Err(e)) if self.unrecorded.len() < crate::limits::ALERT_UNRECORDED_MAX => {
+                    log::warn!(
+                        "alerts: cannot record {} for device {} yet (kept to record later): {e}",
+                        rule.id,
+                        f.device_id
+                    );
+                    self.unrecorded.push(alert);
+                }
+                None if self.unrecorded.len() < crate::limits::ALERT_UNRECORDED_MAX => self.unrecorded.push(alert),
+                Some(Err(e)) => log::error!("alerts: cannot record {} for device {}: {e}", rule.id, f.device_id),
+                None => log::error!(
+                    "alerts: cannot record {} for device {}: {} alerts wait for the database",
+                    rule.id,
+                    f.device_id,
+                    self.unrecorded.len()
+                ),
             }
             if rule.kind == AlertType::Monitor {
                 continue;

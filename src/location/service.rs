@@ -301,7 +301,9 @@ fn run(
                     alerts.batch(&batch.events, now_ms(), &mut fired);
                 }
                 Err(e) => {
-                    log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
+                    if !e.logged_once() {
+                        log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
+                    }
                     pending.put_back(batch);
                 }
             }

@@ -127,6 +127,7 @@ async fn write_queue(
             }
         }
         let store = Arc::clone(&store);
+        let messages = batch.len() as u64;
         match tokio::task::spawn_blocking(move || store.bridge_enqueue(&batch, queue_max)).await {
             Ok(Ok(dropped)) => {
                 if dropped > 0 {
@@ -140,7 +141,13 @@ async fn write_queue(
                     }
                 }
             }
-            Ok(Err(e)) => log::warn!("mqtt bridge: cannot queue messages: {e}"),
+            // Not queued (a full disk): lost for upstream, and counted as such.
+            Ok(Err(e)) => {
+                stats.dropped.fetch_add(messages, Ordering::Relaxed);
+                if !e.logged_once() {
+                    log::warn!("mqtt bridge: cannot queue {messages} messages (dropped, counted in /health): {e}");
+                }
+            }
             Err(e) => log::warn!("mqtt bridge: queue writer failed: {e}"),
         }
         queued.notify_one();

@@ -111,10 +111,13 @@ fn backup_connection(src: &Connection, out: &Path) -> Result<Copied> {
     let checked = match written {
         Ok(checked) => checked,
         Err(e) => {
-            let mut journal = partial.as_os_str().to_owned();
-            journal.push("-journal");
+            // With what SQLite made beside it: the copy is a WAL database until it is not.
             let _ = std::fs::remove_file(&partial);
-            let _ = std::fs::remove_file(journal);
+            for side in ["-journal", "-wal", "-shm"] {
+                let mut file = partial.as_os_str().to_owned();
+                file.push(side);
+                let _ = std::fs::remove_file(file);
+            }
             // The copy's side failed for a full disk: name where it was written.
             return Err(match e {
                 StoreError::StorageFull(m) => StoreError::StorageFull(format!("writing {}: {m}", out.display())),
@@ -244,8 +247,12 @@ pub fn check_file(path: &Path) -> Result<i64> {
         .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
     let bad =
         |what: String| StoreError::Internal(format!("{} is not a usable sitegate database: {what}", path.display()));
+    // A full disk is not a bad database (reading a WAL database may need room for its index).
     let integrity: String =
-        conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).map_err(|e| bad(e.to_string()))?;
+        conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).map_err(|e| match StoreError::from(e) {
+            full @ StoreError::StorageFull(_) => full,
+            e => bad(e.to_string()),
+        })?;
     if integrity != "ok" {
         return Err(bad(format!("integrity check says {integrity}")));
     }

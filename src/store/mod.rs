@@ -26,7 +26,6 @@ mod records;
 mod reports;
 mod schema;
 
-use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -52,7 +51,7 @@ pub use records::{
 pub use reports::{Assignee, Billing, DateCondition, ReportOrder, ReportQuery, ReportRow, Stamp};
 
 /// What went wrong in the store, in terms a caller can act on.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum StoreError {
     /// The addressed item does not exist or is not visible to the caller.
     NotFound,
@@ -103,11 +102,24 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+impl StoreError {
+    /// A condition the store logs itself, once when it begins and once when it ends (a full
+    /// disk, a database file moved away): loops that retry writes need not log each failure.
+    pub fn logged_once(&self) -> bool {
+        matches!(self, StoreError::StorageFull(_) | StoreError::Moved(_))
+    }
+}
+
 impl From<rusqlite::Error> for StoreError {
     fn from(err: rusqlite::Error) -> StoreError {
         match err.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
             Some(ErrorCode::DiskFull) => StoreError::StorageFull(err.to_string()),
+            // The WAL index (`-shm`) could not be grown: on a full disk, that is how SQLite
+            // says so when it opens or reads.
+            Some(ErrorCode::SystemIoFailure) if matches!(&err, rusqlite::Error::SqliteFailure(f, _) if f.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE) => {
+                StoreError::StorageFull(err.to_string())
+            }
             _ => StoreError::Internal(err.to_string()),
         }
     }
@@ -127,14 +139,18 @@ struct Batch {
     id: u64,
     writes: usize,
     opened: Instant,
+    /// Writes of the batch waiting for its commit (other writes' threads).
+    waiting: usize,
 }
 
 /// How batches ended, for the writes that wait on them.
 struct Commits {
     /// The last batch that ended (committed or failed); batches end in id order.
     done: u64,
-    /// Recent batches whose commit failed, with the error.
-    failed: VecDeque<(u64, String)>,
+    /// Batches whose commit failed while writes waited on them: the batch, how many of those
+    /// writes have yet to learn it, the error. Each goes once the last has: at most one entry
+    /// per waiting write, and none forgotten while a write would take its absence for success.
+    failed: Vec<(u64, usize, StoreError)>,
 }
 
 pub struct Store {
@@ -234,7 +250,7 @@ impl Store {
             path: path.to_path_buf(),
             writer: Mutex::new(Writer { conn: writer, open: None, next_batch: 1 }),
             writers_waiting: AtomicUsize::new(0),
-            commits: Mutex::new(Commits { done: 0, failed: VecDeque::new() }),
+            commits: Mutex::new(Commits { done: 0, failed: Vec::new() }),
             committed: Condvar::new(),
             local_credential_writes: AtomicU64::new(0),
             hook_changes: AtomicU64::new(0),
@@ -402,7 +418,7 @@ impl Store {
                 exec_cached(&w.conn, "BEGIN IMMEDIATE")?;
                 let id = w.next_batch;
                 w.next_batch += 1;
-                w.open = Some(Batch { id, writes: 0, opened: Instant::now() });
+                w.open = Some(Batch { id, writes: 0, opened: Instant::now(), waiting: 0 });
                 id
             }
         };
@@ -414,9 +430,13 @@ impl Store {
                 } else {
                     exec_cached(&w.conn, "ROLLBACK TO write").and_then(|()| exec_cached(&w.conn, "RELEASE write"))
                 };
-                match ended {
-                    Ok(()) => outcome,
-                    Err(e) => Ok(Err(e.into())),
+                match (ended, outcome) {
+                    (Ok(()), outcome) => outcome,
+                    // The write failed and took its savepoint with it (SQLite rolled the whole
+                    // transaction back on a full disk): its own error says why.
+                    (Err(_), Ok(Err(e))) => Ok(Err(e)),
+                    (Err(_), Err(panic)) => Err(panic),
+                    (Err(e), Ok(Ok(_))) => Ok(Err(e.into())),
                 }
             }
             Err(e) => Ok(Err(e.into())),
@@ -424,11 +444,14 @@ impl Store {
         if w.conn.is_autocommit() {
             // SQLite rolled the whole transaction back (an I/O error, a full disk): the batch
             // is lost, and with it every write before this one.
-            let lost = || StoreError::Internal("the write transaction was rolled back".into());
-            let _ = self.end_batch(&mut w, Err(lost()));
+            let lost = match &outcome {
+                Ok(Err(e @ StoreError::StorageFull(_))) => e.clone(),
+                _ => StoreError::Internal("the write transaction was rolled back".into()),
+            };
+            let _ = self.end_batch(&mut w, Err(lost.clone()));
             drop(w);
             return match outcome {
-                Ok(Ok(_)) => Err(lost()),
+                Ok(Ok(_)) => Err(lost),
                 Ok(Err(e)) => Err(e),
                 Err(panic) => resume_unwind(panic),
             };
@@ -448,12 +471,13 @@ impl Store {
             drop(w);
             result
         } else {
-            drop(w);
-            match &outcome {
-                // A write that failed has nothing in the batch to wait for.
-                Ok(Ok(_)) => self.wait_for(batch),
-                _ => Ok(()),
+            // A write that failed has nothing in the batch to wait for.
+            let wait = matches!(outcome, Ok(Ok(_)));
+            if let (true, Some(b)) = (wait, &mut w.open) {
+                b.waiting += 1;
             }
+            drop(w);
+            if wait { self.wait_for(batch) } else { Ok(()) }
         };
         match outcome {
             Ok(Ok(out)) => committed.map(|()| out),
@@ -488,11 +512,8 @@ impl Store {
         }
         let mut commits = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
         commits.done = batch.id;
-        if let Err(e) = &result {
-            if commits.failed.len() >= limits::STORE_BATCH_FAILURES_KEPT {
-                commits.failed.pop_front();
-            }
-            commits.failed.push_back((batch.id, e.to_string()));
+        if let (Err(e), 1..) = (&result, batch.waiting) {
+            commits.failed.push((batch.id, batch.waiting, e.clone()));
         }
         drop(commits);
         self.committed.notify_all();
@@ -505,10 +526,15 @@ impl Store {
         while commits.done < batch {
             commits = self.committed.wait(commits).unwrap_or_else(PoisonError::into_inner);
         }
-        match commits.failed.iter().find(|(id, _)| *id == batch) {
-            Some((_, e)) => Err(StoreError::Internal(format!("commit failed: {e}"))),
-            None => Ok(()),
-        }
+        let Some(at) = commits.failed.iter().position(|(id, _, _)| *id == batch) else { return Ok(()) };
+        let entry = &mut commits.failed[at];
+        entry.1 -= 1;
+        let e = if entry.1 == 0 { commits.failed.swap_remove(at).2 } else { entry.2.clone() };
+        Err(match e {
+            // What the caller can act on (503 and come back) stays itself.
+            e @ (StoreError::StorageFull(_) | StoreError::Busy | StoreError::Moved(_)) => e,
+            e => StoreError::Internal(format!("commit failed: {e}")),
+        })
     }
 
     /// Notes that an item was shown. Stamps are written in batches by [`Store::flush_viewed`]
@@ -767,6 +793,32 @@ fn json_ids(ids: &[i64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write waiting on a batch whose commit failed learns it, however many batches fail
+    /// after (on a full disk every one does, within microseconds) before it wakes: it must
+    /// never take a failure it missed for success.
+    #[test]
+    fn a_write_waiting_on_a_failed_commit_learns_it_however_many_fail_after() {
+        let dir = std::env::temp_dir().join(format!("sitegate-commit-failures-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        let full = || Err(StoreError::StorageFull("no room".into()));
+        let mut w = store.lock_writer();
+        for id in 1..200u64 {
+            w.open = Some(Batch { id, writes: 2, opened: Instant::now(), waiting: 1 });
+            let _ = store.end_batch(&mut w, if id % 2 == 1 { full() } else { Ok(()) });
+        }
+        drop(w);
+        for id in 1..200u64 {
+            match store.wait_for(id) {
+                Err(StoreError::StorageFull(_)) => assert!(id % 2 == 1, "batch {id} committed"),
+                Ok(()) => assert!(id % 2 == 0, "batch {id} failed"),
+                Err(e) => panic!("batch {id}: {e}"),
+            }
+        }
+        assert!(store.commits.lock().unwrap().failed.is_empty(), "each failure goes with its last waiter");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn an_existing_database_is_backed_up_before_a_migration() {

@@ -307,6 +307,35 @@ fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
     assert_eq!(state["data"]["state"], "alarm", "{state}");
 }
 
+/// An Alarm raised while the database refuses writes (its file moved away here; a full disk
+/// does the same) is published at once, and recorded with its ticket once writes go on.
+#[test]
+fn an_alarm_the_database_refused_is_recorded_when_it_takes_writes_again() {
+    let (s, _) = start_with_badge("alerts_recorded_late");
+    let c = s.admin_client();
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let app = connect(addr, "app-1", "app", &mqtt_user(&s, "acme", "app", false)).unwrap();
+    app.subscribe("acme/+/alert");
+    report_until(&scanner, &c, false, "Warn", 1);
+    let db = s.dir.join("data").join("sitegate.db");
+    let away = s.dir.join("data").join("sitegate.db.away");
+    std::fs::rename(&db, &away).unwrap();
+    let published = wait_for("the Alarm on the alert topic", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        let p = app.next_publish(Duration::from_millis(300))?;
+        let alert: Value = serde_json::from_slice(&p.payload).unwrap();
+        (alert["type"] == "Alarm").then_some(alert)
+    });
+    assert_eq!(published["data"]["channel"], "alarm");
+    assert_eq!(recorded(&c, "Alarm"), 0, "not recorded while the database refuses writes");
+    std::fs::rename(&away, &db).unwrap();
+    wait_for("the Alarm recorded", || (recorded(&c, "Alarm") == 1).then_some(()));
+    let tickets = c.get_json("/tickets").json();
+    assert_eq!(tickets["count"], 1, "its ticket too: {tickets}");
+    assert!(s.stderr().contains("recorded late"), "{}", s.stderr());
+}
+
 /// The gateway's clock set back an hour (NTP correcting it) while a badge is in the office:
 /// its panic button still raises an Alarm once the repeat window has passed, and the engine
 /// still follows the badge into the kitchen. The service runs under libfaketime, which reads
