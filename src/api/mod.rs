@@ -394,10 +394,10 @@ impl App {
             Ok(used) => used,
             Err(used) => {
                 let retry = 3600 - now.rem_euclid(3600);
-                return render_error(&format, ApiError::quota_exceeded(allowed, retry), format!("{used}/{allowed}"));
+                return render_error(&format, ApiError::quota_exceeded(allowed, retry), quota_text(used, allowed));
             }
         };
-        let quota_value = format!("{used}/{allowed}");
+        let quota_value = quota_text(used, allowed);
 
         let result = (|| {
             let query = query?;
@@ -925,4 +925,14 @@ pub fn early_error(headers: &HeaderMap, query: &str, err: ApiError, quota_allowe
     let query = input::parse_form(query).unwrap_or_else(|_| Value::Object(Default::default()));
     let format = Format::negotiate(headers, &query);
     render_error(&format, err, format!("0/{quota_allowed}"))
+}
+
+/// The quota header's value, `used/allowed` (on every answer: written without the formatting
+/// machinery).
+fn quota_text(used: impl itoa::Integer, allowed: impl itoa::Integer) -> String {
+    let mut text = String::with_capacity(24);
+    text.push_str(itoa::Buffer::new().format(used));
+    text.push('/');
+    text.push_str(itoa::Buffer::new().format(allowed));
+    text
 }
