@@ -43,6 +43,7 @@ pub struct Metrics {
     pub uptime_seconds: Gauge<i64, AtomicI64>,
     pub database_bytes: Gauge<i64, AtomicI64>,
     pub viewed_dropped: Gauge<i64, AtomicI64>,
+    pub writes_failing: Gauge<i64, AtomicI64>,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_pending: Gauge<i64, AtomicI64>,
     pub webhook_failed: Gauge<i64, AtomicI64>,
@@ -107,6 +108,12 @@ impl Metrics {
             "viewed_stamps_dropped",
             "Viewed stamps dropped since start because their buffer was full",
             viewed_dropped.clone(),
+        );
+        let writes_failing = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "database_writes_failing",
+            "1 while writes fail for a full disk or a database file moved away, else 0",
+            writes_failing.clone(),
         );
         let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -189,6 +196,7 @@ impl Metrics {
             uptime_seconds,
             database_bytes,
             viewed_dropped,
+            writes_failing,
             login_failures,
             login_refusals,
             connections_refused_per_address,

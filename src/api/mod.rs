@@ -480,7 +480,7 @@ impl App {
             .filter(|r| r.as_ref() != self.config.location.adapter)
             .map(|r| {
                 let last = heard.get(r).copied();
-                let silent = now - last.unwrap_or(started) > silent_ms;
+                let silent = crate::mqtt::ingest::silent(now, last.unwrap_or(started), silent_ms);
                 Out::map()
                     .with("id", Out::text(r.as_ref()))
                     .with(
@@ -584,6 +584,7 @@ impl App {
             return render_error(&Format::Xml, ApiError::method_not_allowed(&["GET"]), quota);
         }
         self.metrics.database_bytes.set(i64::try_from(self.store.size_bytes()).unwrap_or(i64::MAX));
+        self.metrics.writes_failing.set(i64::from(self.store.full_since().is_some() || self.store.moved().is_some()));
         {
             use std::sync::atomic::Ordering::Relaxed;
             let s = &self.scan;

@@ -127,7 +127,7 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
             .map(|(ri, r)| {
                 let (x, y) = layout.receiver(ri);
                 let last = last_heard(&r.id);
-                let silent = now - last.unwrap_or(started) > silent_ms;
+                let silent = crate::mqtt::ingest::silent(now, last.unwrap_or(started), silent_ms);
                 if silent {
                     silent_receivers.push(Out::text(r.id.clone()));
                 }

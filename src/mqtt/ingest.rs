@@ -156,9 +156,25 @@ impl Ingest {
     }
 }
 
+/// Whether a receiver last heard at `last_ms` (or, never heard, since the service started) is
+/// silent at `now_ms`: not heard for `silent_ms`. A time further ahead than that was taken
+/// before the clock was set back: nothing says the receiver was heard since.
+pub fn silent(now_ms: i64, last_ms: i64, silent_ms: i64) -> bool {
+    now_ms.abs_diff(last_ms) > silent_ms.unsigned_abs()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receiver_heard_before_the_clock_was_set_back_is_silent_once_it_is_not_heard() {
+        assert!(!silent(100_000, 95_000, 10_000));
+        assert!(silent(100_000, 89_999, 10_000));
+        // Heard "an hour from now": the clock went back an hour since.
+        assert!(silent(100_000, 3_700_000, 10_000));
+        assert!(!silent(100_000, 105_000, 10_000), "clocks differ by a little");
+    }
 
     #[test]
     fn lines_are_ordered_by_the_sender_and_stamped_on_arrival() {

@@ -329,6 +329,8 @@ fn an_alarm_the_database_refused_is_recorded_when_it_takes_writes_again() {
     });
     assert_eq!(published["data"]["channel"], "alarm");
     assert_eq!(recorded(&c, "Alarm"), 0, "not recorded while the database refuses writes");
+    let metrics = s.anonymous().get("/metrics").body;
+    assert!(metrics.contains("\nsitegate_database_writes_failing 1\n"), "{metrics}");
     std::fs::rename(&away, &db).unwrap();
     wait_for("the Alarm recorded", || (recorded(&c, "Alarm") == 1).then_some(()));
     let tickets = c.get_json("/tickets").json();

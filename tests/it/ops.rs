@@ -102,6 +102,7 @@ fn health_and_metrics() {
     assert_eq!(value("sitegate_http_requests_total{method=\"GET\",status=\"404\"}"), 1.0);
     assert!(value("sitegate_http_request_duration_seconds_count") >= 4.0);
     assert!(value("sitegate_database_bytes") > 0.0);
+    assert_eq!(value("sitegate_database_writes_failing"), 0.0);
     assert!(value("sitegate_http_connections_open{listener=\"http\"}") >= 1.0);
     // Every webhook outcome is there before the first delivery, at 0.
     for outcome in ["delivered", "retry", "failed"] {
