@@ -289,9 +289,20 @@ fn sync_parent(path: &Path) {
 /// kept after the migration.
 pub(super) fn backup_before_migration(conn: &Connection, db: &Path, version: i64) -> Result<PathBuf> {
     let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
-    let mut name = db.as_os_str().to_owned();
-    name.push(format!(".schema{version}-{stamp}.bak"));
-    let out = PathBuf::from(name);
+    // Never over an earlier one: a gateway without a set clock starts at the same time again.
+    let out = (1..=crate::limits::KEPT_DATABASE_NAMES_MAX)
+        .map(|n| {
+            let mut name = db.as_os_str().to_owned();
+            match n {
+                1 => name.push(format!(".schema{version}-{stamp}.bak")),
+                n => name.push(format!(".schema{version}-{stamp}-{n}.bak")),
+            }
+            PathBuf::from(name)
+        })
+        .find(|p| !p.exists())
+        .ok_or_else(|| {
+            StoreError::Internal(format!("{}: the names of backups before migration are taken", db.display()))
+        })?;
     backup_connection(conn, &out)?;
     Ok(out)
 }

@@ -857,6 +857,25 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Two backups before migration within one second (a gateway whose clock starts at the
+    /// same time at every boot) are two files: the second never replaces the first.
+    #[test]
+    fn backups_before_migration_never_replace_each_other() {
+        let dir = std::env::temp_dir().join(format!("sitegate-migrate-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("site.db");
+        let conn = Connection::open(&path).unwrap();
+        configure(&conn, true).unwrap();
+        migrate(&conn, &path, &schema::MIGRATIONS[..1]).unwrap();
+        let first = maintenance::backup_before_migration(&conn, &path, 1).unwrap();
+        let second = maintenance::backup_before_migration(&conn, &path, 1).unwrap();
+        assert_ne!(first, second);
+        assert!(first.exists() && second.exists());
+        assert!(second.to_string_lossy().ends_with(".bak"), "{second:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A field is indexed when it is first searched, from the records already there (keyed as
     /// writes key them; activities left out); from then on writes keep it, and only it, up.
     #[test]
