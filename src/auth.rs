@@ -195,6 +195,8 @@ impl AddressKey {
 pub struct Throttle {
     failures_max: u32,
     lockout_ms: u64,
+    /// Its clock: monotonic, so that no step of the wall clock lengthens or ends a lockout.
+    started: std::time::Instant,
     inner: std::sync::Mutex<Addresses>,
 }
 
@@ -243,7 +245,18 @@ pub enum Gate {
 
 impl Throttle {
     pub fn new(failures_max: u32, lockout_s: u64) -> Throttle {
-        Throttle { failures_max, lockout_ms: lockout_s.saturating_mul(1000), inner: Default::default() }
+        Throttle {
+            failures_max,
+            lockout_ms: lockout_s.saturating_mul(1000),
+            started: std::time::Instant::now(),
+            inner: Default::default(),
+        }
+    }
+
+    /// Now, for [`Throttle::gate`] and [`Throttle::failed`]: milliseconds on the monotonic
+    /// clock (the times they take are only compared with each other).
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// The addresses as of `now_ms`. After the wall clock was stepped back, every address

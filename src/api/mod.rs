@@ -244,7 +244,7 @@ impl App {
         let Some(header) = req.headers.get(http::header::AUTHORIZATION) else {
             return Err(Denied::Refused);
         };
-        let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
+        let now_ms = self.throttle.now_ms();
         let locked = match self.throttle.gate(req.peer, now_ms) {
             auth::Gate::Locked(ms) => Some(ms),
             auth::Gate::Open => None,
@@ -557,7 +557,7 @@ impl App {
         if let Some(expected) = &self.config.http.metrics_token {
             // The token is the operator's words, which may be guessed: a locked-out address
             // is refused unchecked here, and a wrong token counts as a failed login.
-            let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
+            let now_ms = self.throttle.now_ms();
             if let auth::Gate::Locked(ms) = self.throttle.gate(req.peer, now_ms) {
                 self.metrics.login_refusals.inc();
                 return render_error(&Format::Xml, ApiError::login_locked(ms.div_ceil(1000)), quota);

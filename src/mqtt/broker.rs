@@ -376,7 +376,7 @@ impl Hooks {
             };
             let peer = ci.ipaddress().map(|a| a.ip());
             let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
-            let now_ms = u64::try_from(crate::timefmt::now_ms()).unwrap_or(0);
+            let now_ms = self.throttle.now_ms();
             // As for the API: from a locked-out address only a password that fails is refused
             // (passwords are random), the lockout said once, not at every retry.
             let locked = matches!(self.throttle.gate(peer, now_ms), crate::auth::Gate::Locked(_));
