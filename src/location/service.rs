@@ -231,6 +231,9 @@ fn run(
     let (mut purged_history, mut purged_alerts) = (0usize, 0usize);
     let mut clock = ClockSteps::new();
     loop {
+        let received = rx.recv_timeout(flush_every / 4);
+        // Looked for after the wait, before what arrived is taken: an advert stamped after a
+        // step meets the engine's times moved by it.
         if let Some(step) = clock.step() {
             log::warn!("location: the system clock was set {step:+} ms; the engine's and the alerts' times follow");
             pipeline.shift(step);
@@ -239,8 +242,11 @@ fn run(
                 feed.shift(step);
             }
         }
-        match rx.recv_timeout(flush_every / 4) {
-            Ok(advert) => {
+        match received {
+            Ok(mut advert) => {
+                // Stamped before the clock was set back (it waited in the queue across the
+                // step): it is as of now, not of a time the engine's have moved away from.
+                advert.t_ms = advert.t_ms.min(now_ms());
                 if let Some(heard) = pipeline.advert(&advert, &mut outputs)
                     && let Some(key) = pipeline.registry.key(heard.device)
                 {

@@ -303,7 +303,8 @@ impl Store {
                     }
                     LocationEvent::Exit { device_id, t_ms, zone_id } => {
                         tx.exec(
-                            "UPDATE visits SET exit_ms = ?3
+                            // Never before its entry (one dated before the clock was set back).
+                            "UPDATE visits SET exit_ms = max(?3, enter_ms)
                              WHERE id = (SELECT id FROM visits WHERE device_id = ?1 AND zone_id = ?2 AND exit_ms IS NULL
                                          ORDER BY enter_ms DESC LIMIT 1)",
                             (device_id, zone_id, t_ms),

@@ -380,6 +380,24 @@ fn a_clock_set_back_holds_back_neither_alarms_nor_the_engine() {
         std::thread::sleep(Duration::from_millis(200));
         (c.get_json("/devices/1").json()["device"]["zoneid"] == 21).then_some(())
     });
+    // The office visit, entered before the step and left after it, does not end before it
+    // began.
+    let export = c.get_json(&format!("/contacts/{ann}/locations")).json();
+    let mut visits = Vec::new();
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+        match v {
+            Value::Object(m) if m.contains_key("enter") => out.push(v),
+            Value::Object(m) => m.values().for_each(|v| walk(v, out)),
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(&export, &mut visits);
+    let closed: Vec<_> = visits.iter().filter(|v| v["exit"] != "").collect();
+    assert!(!closed.is_empty(), "{export}");
+    for v in closed {
+        assert!(v["exit"].as_str() >= v["enter"].as_str(), "{v}");
+    }
 }
 
 /// A site reload starts the zone engine over: the badge, placed again where it stood, raises
