@@ -262,7 +262,7 @@ impl Store {
 
             let title = kind.title(&fields);
             tx.exec(
-                "UPDATE items SET name = ?2, fields = ?3, search = ?4, due = ?5, completed = ?6, updated = max(?7, updated),
+                "UPDATE items SET name = ?2, fields = ?3, search = ?4, due = ?5, completed = ?6, updated = CASE WHEN ?7 >= updated THEN ?7 ELSE updated + 1 END,
                                   modificator = ?8,
                                   completed_at = CASE WHEN NOT ?6 THEN NULL WHEN completed = 0 THEN ?7
                                                       ELSE completed_at END
@@ -317,7 +317,7 @@ impl Store {
             tx.exec(
                 "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id
                                              WHERE i.archived IS NULL)
-                 UPDATE items SET archived = ?1, updated = max(?2, updated), modificator = ?3 WHERE id IN sub AND archived IS NULL",
+                 UPDATE items SET archived = ?1, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3 WHERE id IN sub AND archived IS NULL",
                 (id, now_secs(), viewer.user_id),
             )?;
             Ok((node.record_id, wrote))
@@ -355,7 +355,7 @@ impl Store {
             )?;
             // What its deletion archived lies under the same record (its activities' index).
             tx.exec(
-                "UPDATE items SET archived = NULL, updated = max(?2, updated), modificator = ?3
+                "UPDATE items SET archived = NULL, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
                  WHERE record_id = ?4 AND parent IS NOT NULL AND archived = ?1",
                 (id, now_secs(), viewer.user_id, record_id),
             )?;

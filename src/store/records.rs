@@ -310,7 +310,7 @@ impl Store {
             // the record would seem changed before it was created.
             tx.exec(
                 "UPDATE items SET name = ?2, fields = ?3, search = ?4, ownership = ?5, flagged = ?6,
-                                  updated = max(?7, updated), modificator = ?8
+                                  updated = CASE WHEN ?7 >= updated THEN ?7 ELSE updated + 1 END, modificator = ?8
                  WHERE id = ?1",
                 (
                     id,
@@ -351,12 +351,12 @@ impl Store {
             let now = now_secs();
             // The record, then its activities (two statements: each uses its index).
             tx.exec(
-                "UPDATE items SET archived = ?1, updated = max(?2, updated), modificator = ?3
+                "UPDATE items SET archived = ?1, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
                  WHERE id = ?1 AND archived IS NULL",
                 (id, now, viewer.user_id),
             )?;
             tx.exec(
-                "UPDATE items SET archived = ?1, updated = max(?2, updated), modificator = ?3
+                "UPDATE items SET archived = ?1, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
                  WHERE record_id = ?1 AND parent IS NOT NULL AND archived IS NULL",
                 (id, now, viewer.user_id),
             )?;
@@ -371,12 +371,12 @@ impl Store {
             load_record_in(tx, viewer, record_type, id, State::Deleted)?;
             let now = now_secs();
             tx.exec(
-                "UPDATE items SET archived = NULL, updated = max(?2, updated), modificator = ?3
+                "UPDATE items SET archived = NULL, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
                  WHERE id = ?1 AND archived = ?1",
                 (id, now, viewer.user_id),
             )?;
             tx.exec(
-                "UPDATE items SET archived = NULL, updated = max(?2, updated), modificator = ?3
+                "UPDATE items SET archived = NULL, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
                  WHERE record_id = ?1 AND parent IS NOT NULL AND archived = ?1",
                 (id, now, viewer.user_id),
             )?;
@@ -1196,12 +1196,14 @@ mod tests {
         let ahead = now_secs() + 3_600;
         assert_eq!(stamp(ahead).unwrap(), 2);
         let changes = || RecordChanges { fields: fields("Li"), ..Default::default() };
+        // A change while the clock is behind: a second after the last (sync clients asking
+        // for what changed after it see it), never back.
         store.update_record(&viewer, RecordType::Contact, id, changes()).unwrap();
-        assert_eq!(stamps(), vec![(ahead, ahead); 2], "after an update");
+        assert_eq!(stamps(), vec![(ahead, ahead + 1), (ahead, ahead)], "after an update");
         store.delete_record(&viewer, RecordType::Contact, id).unwrap();
-        assert_eq!(stamps(), vec![(ahead, ahead); 2], "after a delete");
+        assert_eq!(stamps(), vec![(ahead, ahead + 2), (ahead, ahead + 1)], "after a delete");
         store.restore_record(&viewer, RecordType::Contact, id).unwrap();
-        assert_eq!(stamps(), vec![(ahead, ahead); 2], "after a restore");
+        assert_eq!(stamps(), vec![(ahead, ahead + 3), (ahead, ahead + 2)], "after a restore");
         assert_eq!(store.show_record(&viewer, RecordType::Contact, id).unwrap().record.fields, fields("Li"));
         // Stamped an hour ago: a change is stamped now.
         let behind = now_secs() - 3_600;
