@@ -195,7 +195,10 @@ impl Senders {
         if !slow {
             return true;
         }
-        let slow_busy = self.busy.values().filter(|(_, _, s)| *s).count() + also_slow;
+        // A hook taken before its receiver was known slow counts as slow from then on: its
+        // sender is held as long as the others would be.
+        let slow_busy =
+            self.busy.values().filter(|(_, receiver, s)| *s || self.slow.contains(receiver)).count() + also_slow;
         slow_busy < (self.workers / 2).max(1)
     }
 
@@ -534,6 +537,28 @@ fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing
 
 #[cfg(test)]
 mod tests {
+    /// Two senders, both on hooks of one receiver before anything was known of it: once one
+    /// fails, the other (still on the wire) counts as on a slow hook, and no sender takes a
+    /// third hook of it meanwhile.
+    #[test]
+    fn a_hook_taken_before_its_receiver_failed_counts_as_slow() {
+        let mut senders = super::Senders::new(2);
+        senders.take(1, "http://10.0.0.1/a", false);
+        senders.take(2, "http://10.0.0.1/b", false);
+        let attempt = crate::store::Attempt {
+            delivery: 1,
+            hook_id: 1,
+            delivered: false,
+            status: None,
+            error: String::new(),
+            retry_at: None,
+        };
+        senders.done(&super::Done { hook_id: 1, attempts: vec![attempt], last: true });
+        let slow = senders.is_slow("http://10.0.0.1/c", false);
+        assert!(slow);
+        assert!(!senders.may_take(slow, 0), "hook 2 holds the slow receivers' half");
+        assert!(senders.may_take(senders.is_slow("http://10.0.0.2/", false), 0), "another receiver");
+    }
     /// Receivers that failed are remembered as slow, and a receiver that then answers in time
     /// is not; so many different ones that failed once do not grow the set without bound.
     #[test]
