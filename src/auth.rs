@@ -185,28 +185,12 @@ impl AddressKey {
 /// accepted (they are random 256-bit secrets: the lockout is against noise, and must not
 /// lock out the other systems behind one address). A right credential does not reset the
 /// count, so an attacker holding one account cannot use it to keep guessing at others.
-///
-/// Times are the callers' wall clock, which NTP may step back (a gateway's clock that ran
-/// ahead; one without a battery-backed clock, booted at a wrong time). A lockout with more
-/// than `lockout` to go, or failures counted from more than `lockout` ahead, date from before
-/// such a step and are forgotten: a lockout never has more than `lockout` to go (nor does
-/// Retry-After say so), and a step back of an hour neither locks an address out for an hour
-/// nor adds up failures an hour apart.
 pub struct Throttle {
     failures_max: u32,
     lockout_ms: u64,
     /// Its clock: monotonic, so that no step of the wall clock lengthens or ends a lockout.
     started: std::time::Instant,
-    inner: std::sync::Mutex<Addresses>,
-}
-
-/// What the throttle remembers.
-#[derive(Default)]
-struct Addresses {
-    by_key: std::collections::HashMap<AddressKey, Failures>,
-    /// The latest `now_ms` seen: a `now_ms` more than `lockout_ms` behind it is the wall clock
-    /// stepped back, not a concurrent caller that read the clock a little earlier.
-    latest_ms: u64,
+    inner: std::sync::Mutex<std::collections::HashMap<AddressKey, Failures>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -216,23 +200,6 @@ struct Failures {
     first_ms: u64,
     /// Locked out until then (0: not locked).
     locked_until_ms: u64,
-}
-
-impl Failures {
-    /// Forgets, as of `now_ms`, a lockout that has ended and failures counted more than
-    /// `lockout_ms` away (on either side: ahead, they were counted before the clock was stepped
-    /// back), and a lockout with more than `lockout_ms` to go (it began after `now_ms`: the same
-    /// step). True when something is left.
-    fn settle(&mut self, now_ms: u64, lockout_ms: u64) -> bool {
-        let left_ms = self.locked_until_ms.saturating_sub(now_ms);
-        if left_ms == 0 || left_ms > lockout_ms {
-            self.locked_until_ms = 0;
-        }
-        if self.first_ms.abs_diff(now_ms) >= lockout_ms {
-            self.count = 0;
-        }
-        self.locked_until_ms != 0 || self.count != 0
-    }
 }
 
 /// What the throttle says about an address about to present credentials.
@@ -259,40 +226,28 @@ impl Throttle {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// The addresses as of `now_ms`. After the wall clock was stepped back, every address
-    /// forgets what the clock says has not begun yet: else what an address did just before the
-    /// step would come back into force once the clock caught up, unless the address was heard
-    /// from in between.
-    fn at(&self, now_ms: u64) -> std::sync::MutexGuard<'_, Addresses> {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if inner.latest_ms.saturating_sub(now_ms) > self.lockout_ms {
-            let lockout = self.lockout_ms;
-            inner.by_key.retain(|_, f| f.settle(now_ms, lockout));
-            inner.latest_ms = now_ms;
-        }
-        inner.latest_ms = inner.latest_ms.max(now_ms);
-        inner
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<AddressKey, Failures>> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether credentials from `ip` may be checked now.
     pub fn gate(&self, ip: Option<std::net::IpAddr>, now_ms: u64) -> Gate {
         let Some(ip) = ip else { return Gate::Open };
-        let mut inner = self.at(now_ms);
-        let Some(f) = inner.by_key.get_mut(&AddressKey::of(ip)) else { return Gate::Open };
-        f.settle(now_ms, self.lockout_ms);
-        if f.locked_until_ms > now_ms { Gate::Locked(f.locked_until_ms - now_ms) } else { Gate::Open }
+        match self.lock().get(&AddressKey::of(ip)) {
+            Some(f) if f.locked_until_ms > now_ms => Gate::Locked(f.locked_until_ms - now_ms),
+            _ => Gate::Open,
+        }
     }
 
     /// Counts a failed login from `ip`; true when this failure locked the address out.
     pub fn failed(&self, ip: Option<std::net::IpAddr>, now_ms: u64) -> bool {
         let Some(ip) = ip else { return false };
         let key = AddressKey::of(ip);
-        let lockout = self.lockout_ms;
-        let mut inner = self.at(now_ms);
-        let map = &mut inner.by_key;
+        let mut map = self.lock();
         if !map.contains_key(&key) && map.len() >= limits::AUTH_THROTTLE_ADDRESSES_MAX {
             // Forget what has expired; if every entry is live, forget the oldest.
-            map.retain(|_, f| f.settle(now_ms, lockout));
+            let lockout = self.lockout_ms;
+            map.retain(|_, f| f.locked_until_ms > now_ms || now_ms.saturating_sub(f.first_ms) < lockout);
             if map.len() >= limits::AUTH_THROTTLE_ADDRESSES_MAX
                 && let Some(oldest) = map.iter().min_by_key(|(_, f)| f.first_ms.max(f.locked_until_ms)).map(|(k, _)| *k)
             {
@@ -300,17 +255,17 @@ impl Throttle {
             }
         }
         let f = map.entry(key).or_insert(Failures { count: 0, first_ms: now_ms, locked_until_ms: 0 });
-        f.settle(now_ms, lockout);
         if f.locked_until_ms > now_ms {
             return false;
         }
-        if f.count == 0 {
+        if now_ms.saturating_sub(f.first_ms) >= self.lockout_ms || f.count == 0 {
+            f.count = 0;
             f.first_ms = now_ms;
         }
         f.count += 1;
         if f.count >= self.failures_max {
             f.count = 0;
-            f.locked_until_ms = now_ms.saturating_add(lockout);
+            f.locked_until_ms = now_ms.saturating_add(self.lockout_ms);
             return true;
         }
         false
@@ -319,7 +274,7 @@ impl Throttle {
     /// Addresses with failures or a lockout remembered.
     #[cfg(test)]
     pub fn tracked(&self) -> usize {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).by_key.len()
+        self.lock().len()
     }
 }
 
@@ -417,51 +372,6 @@ mod tests {
         // No address (a process-internal caller): never throttled.
         assert!(!t.failed(None, 0));
         assert_eq!(t.gate(None, 0), Gate::Open);
-    }
-
-    /// The wall clock stepped back (NTP correcting a clock that ran ahead) by an hour: no
-    /// lockout lasts, nor says it lasts, longer than the lockout, and failures an hour apart
-    /// do not add up, whether the address is heard from across the step or only after it.
-    #[test]
-    fn a_clock_stepped_back_neither_lengthens_a_lockout_nor_adds_up_failures() {
-        const HOUR_MS: u64 = 3_600_000;
-        let t = Throttle::new(3, 60);
-        let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
-        let (a, b, c, d) = (ip("192.0.2.1"), ip("192.0.2.2"), ip("192.0.2.3"), ip("192.0.2.4"));
-        let t0 = 10 * HOUR_MS;
-        // At t0: a and c locked out, b and d one failure short.
-        for who in [a, c] {
-            assert!(!t.failed(who, t0));
-            assert!(!t.failed(who, t0));
-            assert!(t.failed(who, t0));
-        }
-        for who in [b, d] {
-            assert!(!t.failed(who, t0));
-            assert!(!t.failed(who, t0));
-        }
-        assert_eq!(t.gate(a, t0 + 1_000), Gate::Locked(59_000));
-        // A second later the clock goes back an hour.
-        let back = t0 + 1_000 - HOUR_MS;
-        for (after_ms, expected) in [(0, Gate::Open), (61_000, Gate::Open), (122_000, Gate::Open)] {
-            assert_eq!(t.gate(a, back + after_ms), expected, "{after_ms} ms after the step");
-        }
-        assert!(!t.failed(b, back), "failures an hour apart add up");
-        // The window starts again: two more failures within it lock b out, for the lockout.
-        assert!(!t.failed(b, back + 1_000));
-        assert!(t.failed(b, back + 2_000));
-        assert_eq!(t.gate(b, back + 2_000), Gate::Locked(60_000));
-        assert_eq!(t.gate(b, back + 62_000), Gate::Open);
-        // An hour on the clock is back at t0: c and d, not heard from since the step, do not
-        // take up what they left then.
-        assert_eq!(t.gate(c, t0 + 1_000), Gate::Open);
-        assert!(!t.failed(d, t0 + 1_000));
-        // A smaller step back (30 s, 40 s into a lockout) leaves the lockout at most its length.
-        let t1 = t0 + HOUR_MS;
-        for _ in 0..3 {
-            t.failed(a, t1);
-        }
-        assert_eq!(t.gate(a, t1 + 10_000), Gate::Locked(50_000));
-        assert_eq!(t.gate(a, t1 + 40_000 - 30_000), Gate::Locked(50_000));
     }
 
     #[test]

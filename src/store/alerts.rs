@@ -241,25 +241,25 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// A new store in a temporary folder (returned, to remove) with organisation `o`.
+    fn store_with_org(name: &str) -> (std::path::PathBuf, Store) {
+        let dir = std::env::temp_dir().join(format!("sitegate-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        store.write(|tx| Ok(tx.execute_batch("INSERT INTO organizations (id, name) VALUES ('o', 'O');")?)).unwrap();
+        (dir, store)
+    }
+
+    /// An alert of organisation `o`'s device 1.
+    fn alert(kind: &'static str, t_ms: i64) -> NewAlert<'static> {
+        NewAlert { org: "o", rule: "r", kind, device_id: 1, contact_id: None, text: "t", value: "", units: "", t_ms }
+    }
+
     /// An open Alarm stays listed however many newer alerts of other types there are: by type
     /// (the type chosen before the limit) and first in the status page's order.
     #[test]
     fn newer_alerts_of_other_types_do_not_hide_an_alarm() {
-        let dir = std::env::temp_dir().join(format!("sitegate-alert-order-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("site.db")).unwrap();
-        store.write(|tx| Ok(tx.execute_batch("INSERT INTO organizations (id, name) VALUES ('o', 'O');")?)).unwrap();
-        let alert = |kind: &'static str, t_ms: i64| NewAlert {
-            org: "o",
-            rule: "r",
-            kind,
-            device_id: 1,
-            contact_id: None,
-            text: "t",
-            value: "",
-            units: "",
-            t_ms,
-        };
+        let (dir, store) = store_with_org("alert-order");
         let (alarm, _) = store.create_alert(&alert("Alarm", 1), None).unwrap();
         for t in 2..22 {
             store.create_alert(&alert(if t % 2 == 0 { "Monitor" } else { "Warn" }, t), None).unwrap();
@@ -279,21 +279,7 @@ mod tests {
     /// Old alerts go, but an open Alarm stays until acknowledged.
     #[test]
     fn purging_keeps_alarms_nobody_acknowledged() {
-        let dir = std::env::temp_dir().join(format!("sitegate-alert-purge-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("site.db")).unwrap();
-        store.write(|tx| Ok(tx.execute_batch("INSERT INTO organizations (id, name) VALUES ('o', 'O');")?)).unwrap();
-        let alert = |kind: &'static str, t_ms: i64| NewAlert {
-            org: "o",
-            rule: "r",
-            kind,
-            device_id: 1,
-            contact_id: None,
-            text: "t",
-            value: "",
-            units: "",
-            t_ms,
-        };
+        let (dir, store) = store_with_org("alert-purge");
         let (open_alarm, _) = store.create_alert(&alert("Alarm", 1), None).unwrap();
         let (seen_alarm, _) = store.create_alert(&alert("Alarm", 2), None).unwrap();
         store.ack_alert("o", seen_alarm, 1, 3).unwrap();

@@ -820,15 +820,21 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn an_existing_database_is_backed_up_before_a_migration() {
-        let dir = std::env::temp_dir().join(format!("sitegate-migrate-{}", std::process::id()));
+    /// A database at schema 1 in a new temporary folder: the folder, the file, the writer.
+    fn at_first_schema(name: &str) -> (PathBuf, PathBuf, Connection) {
+        let dir = std::env::temp_dir().join(format!("sitegate-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("site.db");
         let conn = Connection::open(&path).unwrap();
         configure(&conn, true).unwrap();
         migrate(&conn, &path, &schema::MIGRATIONS[..1]).unwrap();
+        (dir, path, conn)
+    }
+
+    #[test]
+    fn an_existing_database_is_backed_up_before_a_migration() {
+        let (dir, path, conn) = at_first_schema("migrate");
         conn.execute("INSERT INTO organizations (id, name) VALUES ('o', 'O')", []).unwrap();
         let no_backups = |d: &Path| {
             std::fs::read_dir(d)
@@ -861,13 +867,7 @@ mod tests {
     /// same time at every boot) are two files: the second never replaces the first.
     #[test]
     fn backups_before_migration_never_replace_each_other() {
-        let dir = std::env::temp_dir().join(format!("sitegate-migrate-names-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("site.db");
-        let conn = Connection::open(&path).unwrap();
-        configure(&conn, true).unwrap();
-        migrate(&conn, &path, &schema::MIGRATIONS[..1]).unwrap();
+        let (dir, path, conn) = at_first_schema("migrate-names");
         let first = maintenance::backup_before_migration(&conn, &path, 1).unwrap();
         let second = maintenance::backup_before_migration(&conn, &path, 1).unwrap();
         assert_ne!(first, second);

@@ -173,6 +173,33 @@ fn garbage_on_the_wire_gets_400_and_a_close_and_others_are_answered() {
     c.get("/contacts").assert_status(200);
 }
 
+/// The wall clock set back an hour during a lockout (NTP correcting it) neither ends the
+/// lockout nor makes it last the hour: it runs on the monotonic clock. Under libfaketime,
+/// which reads the clock's offset from a file at every look.
+#[test]
+fn a_clock_set_back_neither_ends_nor_lengthens_a_lockout() {
+    let clock = test_dir("lockout_clock_step_offset").join("offset");
+    std::fs::write(&clock, "+0").unwrap();
+    let (lib, clock_file) = (libfaketime().replace("libfaketimeMT", "libfaketime"), clock.display().to_string());
+    let env = vec![
+        ("LD_PRELOAD", lib.as_str()),
+        ("FAKETIME_TIMESTAMP_FILE", clock_file.as_str()),
+        ("FAKETIME_NO_CACHE", "1"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let config = BASE_CONFIG.to_string() + "\n[api]\nlogin_failures_max = 3\nlogin_lockout_s = 3\n";
+    let s = Service::start_with("lockout_clock_step", Options { config: &config, env });
+    let wrong = basic("nobody@acme.test", &"0".repeat(64));
+    for _ in 0..3 {
+        call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(401);
+    }
+    call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(429);
+    std::fs::write(&clock, "-3600").unwrap();
+    call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(429);
+    std::thread::sleep(Duration::from_secs(4));
+    call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(401);
+}
+
 #[test]
 fn failed_logins_lock_out_the_address_not_the_others() {
     let config = BASE_CONFIG.replace("workers = 2", "workers = 2\nmetrics_token = \"scrape-me-please-0123\"")
