@@ -221,6 +221,9 @@ pub const STORE_READERS_IDLE_MAX: usize = 16;
 pub const STORE_VIEWED_QUEUE_DEPTH_MAX: usize = 8_192;
 /// How often queued "viewed" stamps are written, in one transaction.
 pub const STORE_VIEWED_FLUSH_INTERVAL_MS: u64 = 1_000;
+/// Free space on the database's file system below which `/health` says `low` and the log warns
+/// (checked every `STORE_VIEWED_FLUSH_INTERVAL_MS`): room for about a day of a busy site's writes.
+pub const DISK_FREE_LOW_BYTES: u64 = 64 * 1024 * 1024;
 
 // --- Users ---------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ pub struct Metrics {
     pub database_bytes: Gauge<i64, AtomicI64>,
     pub viewed_dropped: Gauge<i64, AtomicI64>,
     pub writes_failing: Gauge<i64, AtomicI64>,
+    pub disk_free_bytes: Gauge<i64, AtomicI64>,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_pending: Gauge<i64, AtomicI64>,
     pub webhook_failed: Gauge<i64, AtomicI64>,
@@ -114,6 +115,12 @@ impl Metrics {
             "database_writes_failing",
             "1 while writes fail for a full disk or a database file moved away, else 0",
             writes_failing.clone(),
+        );
+        let disk_free_bytes = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "disk_free_bytes",
+            "Bytes the service may still write on the file system holding the database",
+            disk_free_bytes.clone(),
         );
         let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -197,6 +204,7 @@ impl Metrics {
             database_bytes,
             viewed_dropped,
             writes_failing,
+            disk_free_bytes,
             login_failures,
             login_refusals,
             connections_refused_per_address,

@@ -566,7 +566,21 @@ impl Flusher {
                 let quota_every = Duration::from_millis(limits::QUOTA_FLUSH_INTERVAL_MS);
                 let mut last_quota = Instant::now();
                 let mut dropped_reported = 0;
+                let mut disk_low = false;
                 loop {
+                    if let Some(free) = app.store.disk_free_bytes() {
+                        let low = free < limits::DISK_FREE_LOW_BYTES;
+                        if low && !disk_low {
+                            log::warn!(
+                                "the disk holding the database has {} MB free (below {} MB); writes fail when it is full",
+                                free / 1_000_000,
+                                limits::DISK_FREE_LOW_BYTES / 1_000_000
+                            );
+                        } else if !low && disk_low {
+                            log::info!("the disk holding the database has {} MB free again", free / 1_000_000);
+                        }
+                        disk_low = low;
+                    }
                     let stopping = !matches!(
                         stopped.recv_timeout(viewed_every),
                         Err(crossbeam_channel::RecvTimeoutError::Timeout)

@@ -448,6 +448,7 @@ impl App {
                             .with("failed", Out::Int(failed))
                             .with("paused", Out::Int(paused)),
                     )
+                    .with("disk", self.disk_out())
                     .with("location", self.scan_out())
                     .with("mqtt", self.mqtt_out());
                 render_reply(format, Reply::ok(doc), quota)
@@ -493,6 +494,17 @@ impl App {
             })
             .collect();
         Out::list("receiver", items)
+    }
+
+    /// Free space where the database is, for /health: a disk filling up is seen before writes
+    /// fail (and after a restart on a full disk, before the first write tries).
+    fn disk_out(&self) -> Out {
+        match self.store.disk_free_bytes() {
+            Some(free) => Out::map()
+                .with("freebytes", Out::Int(i64::try_from(free).unwrap_or(i64::MAX)))
+                .with("low", Out::Int(i64::from(free < crate::limits::DISK_FREE_LOW_BYTES))),
+            None => Out::map(),
+        }
     }
 
     /// The broker's state for /health.
@@ -584,6 +596,9 @@ impl App {
             return render_error(&Format::Xml, ApiError::method_not_allowed(&["GET"]), quota);
         }
         self.metrics.database_bytes.set(i64::try_from(self.store.size_bytes()).unwrap_or(i64::MAX));
+        if let Some(free) = self.store.disk_free_bytes() {
+            self.metrics.disk_free_bytes.set(i64::try_from(free).unwrap_or(i64::MAX));
+        }
         self.metrics.writes_failing.set(i64::from(self.store.full_since().is_some() || self.store.moved().is_some()));
         {
             use std::sync::atomic::Ordering::Relaxed;

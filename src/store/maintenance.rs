@@ -32,6 +32,13 @@ impl Store {
         Ok(())
     }
 
+    /// Bytes the service may still write on the file system holding the database (what an
+    /// unprivileged process may use), or None where the file system does not say.
+    pub fn disk_free_bytes(&self) -> Option<u64> {
+        let dir = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        rustix::fs::statvfs(dir).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+    }
+
     /// Size of the database file and its write-ahead log, in bytes.
     pub fn size_bytes(&self) -> u64 {
         let wal = wal_path(&self.path);

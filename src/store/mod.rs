@@ -676,7 +676,16 @@ fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<()> {
         conn.execute_batch(&format!("BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {};\nCOMMIT;", i + 1)).map_err(
             |e| {
                 let _ = conn.execute_batch("ROLLBACK");
-                StoreError::Internal(format!("migration {} failed: {e}", i + 1))
+                // Each migration is all or nothing: say where the database stands, keeping what
+                // kind of failure it was (a full disk is the operator's to clear).
+                let stands = format!(
+                    "migration to schema {} failed, the database is intact at schema {i} and the next start goes on from there",
+                    i + 1
+                );
+                match StoreError::from(e) {
+                    StoreError::StorageFull(m) => StoreError::StorageFull(format!("{m} ({stands})")),
+                    other => StoreError::Internal(format!("{stands}: {other}")),
+                }
             },
         )?;
         log::info!("database schema migrated to version {}", i + 1);
@@ -873,6 +882,32 @@ mod tests {
         assert_ne!(first, second);
         assert!(first.exists() && second.exists());
         assert!(second.to_string_lossy().ends_with(".bak"), "{second:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A migration that runs out of room (the page limit stands in for a full disk) leaves the
+    /// database at the schema before it, says so, and stays a full-disk error; the next run
+    /// with room goes on from there.
+    #[test]
+    fn a_migration_out_of_room_says_where_the_database_stands() {
+        let (dir, path, conn) = at_first_schema("migrate-full");
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+        let _: i64 = conn.query_row(&format!("PRAGMA max_page_count = {}", pages + 2), [], |r| r.get(0)).unwrap();
+        let grow = "CREATE TABLE later (x BLOB); \
+                    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) \
+                    INSERT INTO later SELECT zeroblob(4096) FROM n;";
+        let next = [schema::MIGRATIONS[0], "CREATE TABLE fits (x INTEGER);", grow];
+        let err = migrate(&conn, &path, &next).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, StoreError::StorageFull(_)), "{err:?}");
+        assert!(text.contains("intact at schema 2"), "{text}");
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 2);
+
+        let _: i64 = conn.query_row("PRAGMA max_page_count = 1073741823", [], |r| r.get(0)).unwrap();
+        migrate(&conn, &path, &next).unwrap();
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 3);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

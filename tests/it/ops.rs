@@ -78,6 +78,7 @@ fn health_and_metrics() {
     assert_eq!(v["health"], "ok");
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
     assert!(v["uptime_s"].is_number());
+    assert!(v["disk"]["freebytes"].as_i64().is_some_and(|b| b > 0), "{}", r.body);
     assert_eq!(anon.get("/health/").xml_text("health").as_deref(), Some("ok"));
     assert_eq!(anon.call(Req::new("POST", "/health")).status, 405);
 
@@ -102,6 +103,7 @@ fn health_and_metrics() {
     assert_eq!(value("sitegate_http_requests_total{method=\"GET\",status=\"404\"}"), 1.0);
     assert!(value("sitegate_http_request_duration_seconds_count") >= 4.0);
     assert!(value("sitegate_database_bytes") > 0.0);
+    assert!(value("sitegate_disk_free_bytes") > 0.0);
     assert_eq!(value("sitegate_database_writes_failing"), 0.0);
     assert!(value("sitegate_http_connections_open{listener=\"http\"}") >= 1.0);
     // Every webhook outcome is there before the first delivery, at 0.
@@ -453,6 +455,13 @@ fn a_full_disk_refuses_writes_clearly_and_recovers() {
         rx.url("/in")
     );
     c.post_json("/hooks", &hook).assert_status(201);
+    // Before it is full: health is ok, and says the disk (4 MB, 1.4 free) is low, as the log does.
+    let health = s.anonymous().get_json("/health");
+    assert_eq!(health.status, 200, "{}", health.body);
+    let disk = &health.json()["disk"];
+    assert_eq!(disk["low"], 1, "{}", health.body);
+    assert!(disk["freebytes"].as_i64().is_some_and(|b| b > 0 && b < 4 << 20), "{}", health.body);
+    wait_for("the low disk in the log", || s.stderr().contains("MB free (below 67 MB)").then_some(()));
     rx.take_down();
     let background = "x".repeat(60_000);
     let mut created = Vec::new();
