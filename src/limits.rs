@@ -204,10 +204,6 @@ pub const STORE_BUSY_TIMEOUT_MS: u64 = 5_000;
 pub const STORE_BATCH_WRITES_MAX: usize = 256;
 /// ...or has been open this long (a steady stream of writes still commits).
 pub const STORE_BATCH_OPEN_MS_MAX: u64 = 20;
-/// A change made from a read of the item (the keys a request leaves out kept as they were
-/// read) is written only if the item is still as read; otherwise it is read and made again,
-/// up to this many times (then 503).
-pub const STORE_CHANGED_RETRIES_MAX: usize = 8;
 /// Bytes of write-ahead log kept once it has been checkpointed (`journal_size_limit`): a
 /// larger log is cut back to this size.
 pub const STORE_WAL_BYTES_KEPT_MAX: u64 = 8 * 1024 * 1024;

@@ -178,7 +178,7 @@ impl From<StoreError> for ApiError {
             StoreError::WrongParent(m) => ApiError::new(400, "invalidparent", m),
             StoreError::Duplicate(m) => ApiError::new(409, "alreadyexists", m),
             StoreError::LimitReached(m) => ApiError::new(409, "limitreached", m),
-            StoreError::Busy | StoreError::Changed => ApiError::busy(),
+            StoreError::Busy => ApiError::busy(),
             StoreError::StorageFull(_) => ApiError::storage_full(),
             StoreError::Moved(m) => ApiError::unavailable(&m),
             StoreError::Internal(m) => ApiError::internal(&m),

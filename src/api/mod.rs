@@ -182,22 +182,6 @@ pub struct Ctx<'a> {
     pub now: i64,
 }
 
-/// Makes a change from a read of the item and writes it (`attempt`: read, make, write), again
-/// while the store answers that the item changed in between ([`StoreError::Changed`]): so a
-/// change of some keys keeps another request's change of others. At most
-/// `STORE_CHANGED_RETRIES_MAX` attempts (then 503).
-pub fn unless_changed(
-    mut attempt: impl FnMut() -> Result<Result<(), crate::store::StoreError>, ApiError>,
-) -> Result<(), ApiError> {
-    for _ in 0..crate::limits::STORE_CHANGED_RETRIES_MAX {
-        match attempt()? {
-            Err(crate::store::StoreError::Changed) => continue,
-            done => return done.map_err(ApiError::from),
-        }
-    }
-    Err(crate::store::StoreError::Changed.into())
-}
-
 impl Ctx<'_> {
     /// Query and body parameters together; the body wins on a clash.
     pub fn params(&self) -> Value {

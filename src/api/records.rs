@@ -152,9 +152,9 @@ pub fn create(ctx: &Ctx<'_>, rt: RecordType) -> Result<Reply, ApiError> {
         categories_add: input.categories_add,
         related_add: input.related_add,
     };
-    let id = ctx.app.store.create_record(&ctx.viewer, new)?;
-    let doc = show_doc(ctx, rt, id, None)?;
-    Ok(Reply::created(doc, format!("/{}/{id}", rt.segment())))
+    let detail = ctx.app.store.create_record_shown(&ctx.viewer, new)?;
+    let id = detail.record.id;
+    Ok(Reply::created(detail_out(&ctx.app.config.fields, detail), format!("/{}/{id}", rt.segment())))
 }
 
 pub fn update(ctx: &Ctx<'_>, rt: RecordType, id: i64) -> Result<Reply, ApiError> {

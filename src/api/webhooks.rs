@@ -193,12 +193,8 @@ pub fn show(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
 pub fn update(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     // Only `active` 1 in this request resumes a paused hook (a change of its title does not).
     let resume = Params::new(&ctx.body).flag("active").ok().flatten() == Some(true);
-    // The keys left out keep their values as read.
-    super::unless_changed(|| {
-        let current = ctx.app.store.hook(&ctx.viewer, id)?;
-        let s = settings(&ctx.body, Some(&current))?;
-        Ok(ctx.app.store.update_hook(&ctx.viewer, id, &s, resume, &current))
-    })?;
+    // The keys left out keep their values, read in the write itself.
+    ctx.app.store.update_hook(&ctx.viewer, id, resume, |current| settings(&ctx.body, Some(current)))??;
     Ok(Reply::ok(Out::map()))
 }
 

@@ -156,24 +156,31 @@ fn position_for(tx: &Connection, parent: i64, place: Option<Place>, moving: Opti
     Ok(new_pos)
 }
 
+/// A type a parent holds one of (linked e-mails) may not join a parent that has a live one:
+/// made there, moved there, or restored there.
+fn check_one_per_parent(tx: &Connection, kind: ActivityType, parent: i64) -> Result<()> {
+    if !kind.one_per_parent() {
+        return Ok(());
+    }
+    let exists = tx
+        .prepare_cached("SELECT 1 FROM items WHERE parent = ?1 AND typeid = ?2 AND archived IS NULL")?
+        .query_row((parent, kind.typeid()), |_| Ok(()))
+        .optional()?;
+    match exists {
+        Some(()) => Err(StoreError::Duplicate(format!(
+            "item {parent} already has a {}; there is one per parent",
+            kind.segment()
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Store {
     pub fn create_activity(&self, viewer: &Viewer, new: NewActivity) -> Result<CreatedActivity> {
         self.write_emitting(|tx| {
             let parent = load_node(tx, viewer, new.parent)?;
             check_parent(new.kind, &parent)?;
-            if new.kind.one_per_parent() {
-                let exists = tx
-                    .prepare_cached("SELECT 1 FROM items WHERE parent = ?1 AND typeid = ?2 AND archived IS NULL")?
-                    .query_row((parent.id, new.kind.typeid()), |_| Ok(()))
-                    .optional()?;
-                if exists.is_some() {
-                    return Err(StoreError::Duplicate(format!(
-                        "item {} already has a {}; there is one per parent",
-                        parent.id,
-                        new.kind.segment()
-                    )));
-                }
-            }
+            check_one_per_parent(tx, new.kind, parent.id)?;
             check_principals(tx, viewer, new.kind, &new.fields)?;
             let position = position_for(tx, parent.id, new.place, None)?;
             let now = now_secs();
@@ -234,6 +241,7 @@ impl Store {
             if let Some(target) = changes.parent.filter(|p| *p != current_parent) {
                 let target_node = load_node(tx, viewer, target)?;
                 check_parent(kind, &target_node)?;
+                check_one_per_parent(tx, kind, target_node.id)?;
                 let inside: Option<i64> = tx
                     .query_row(
                         "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id)
@@ -341,8 +349,10 @@ impl Store {
             if typeid != kind.typeid() || (!viewer.admin && !viewer.owner_ids().contains(&ownership)) {
                 return Err(StoreError::NotFound);
             }
-            // Its parent must be live again too (restore the parent first).
+            // Its parent must be live again too (restore the parent first), without another of
+            // a type it may hold one of (made while this one was deleted).
             load_node(tx, viewer, parent)?;
+            check_one_per_parent(tx, kind, parent)?;
             // It comes back at its place: a sibling made there meanwhile, and those after it,
             // move one on.
             tx.exec(

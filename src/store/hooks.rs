@@ -37,19 +37,6 @@ pub struct Hook {
     pub failed: i64,
 }
 
-impl Hook {
-    /// The same settings (what a PUT may change) as `other`.
-    fn same_settings(&self, other: &Hook) -> bool {
-        self.title == other.title
-            && self.active == other.active
-            && self.event == other.event
-            && self.constrainttype == other.constrainttype
-            && self.url == other.url
-            && self.contenttype == other.contenttype
-            && self.secret == other.secret
-    }
-}
-
 /// A hook's settings, as created or replaced.
 #[derive(Clone, Debug)]
 pub struct HookSettings {
@@ -261,16 +248,24 @@ impl Store {
         self.read(|tx| load_hook(tx, viewer, id))
     }
 
-    /// Replaces a hook's settings, made from `base` (the hook as read): if it has changed
-    /// since, nothing is written ([`StoreError::Changed`]). `resume` (the request set `active`
-    /// to 1) also lifts a pause; other changes leave it paused.
-    pub fn update_hook(&self, viewer: &Viewer, id: i64, s: &HookSettings, resume: bool, base: &Hook) -> Result<()> {
+    /// Replaces a hook's settings with what `make` makes of them as they are, read in the same
+    /// write: the keys a request leaves out keep their values, also while other requests
+    /// change the hook (nothing written in between; `make`'s refusal is handed back).
+    /// `resume` (the request set `active` to 1) also lifts a pause; other changes leave it paused.
+    pub fn update_hook<E>(
+        &self,
+        viewer: &Viewer,
+        id: i64,
+        resume: bool,
+        make: impl FnOnce(&Hook) -> Result<HookSettings, E>,
+    ) -> Result<Result<(), E>> {
         let _changed = HookChanged(self);
         self.write(|tx| {
             let current = load_hook(tx, viewer, id)?;
-            if !current.same_settings(base) {
-                return Err(StoreError::Changed);
-            }
+            let s = match make(&current) {
+                Ok(s) => s,
+                Err(refused) => return Ok(Err(refused)),
+            };
             let paused = current.paused && !resume;
             tx.exec(
                 "UPDATE hooks SET title = ?2, active = ?3, event = ?4, constrainttype = ?5, url = ?6, contenttype = ?7,
@@ -288,7 +283,7 @@ impl Store {
                     now_secs(),
                 ),
             )?;
-            Ok(())
+            Ok(Ok(()))
         })
     }
 

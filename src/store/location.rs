@@ -194,18 +194,24 @@ impl Store {
         })
     }
 
-    /// Replaces a device, made from `base` (the device as read): if it has changed since,
-    /// nothing is written ([`StoreError::Changed`]).
-    pub fn update_device(&self, org: &str, id: i64, d: &Device, base: &Device) -> Result<()> {
+    /// Replaces a device with what `make` makes of it as it is, read in the same write (as
+    /// [`Store::update_hook`]: the keys a request leaves out keep their values).
+    pub fn update_device<E>(
+        &self,
+        org: &str,
+        id: i64,
+        make: impl FnOnce(&Device) -> Result<Device, E>,
+    ) -> Result<Result<(), E>> {
         self.write(|tx| {
             let sql = format!(
                 "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id
                  WHERE d.id = ?1 AND d.org = ?2"
             );
             let current = tx.query_row(&sql, (id, org), device_from_row).optional()?.ok_or(StoreError::NotFound)?;
-            if current.device != *base {
-                return Err(StoreError::Changed);
-            }
+            let d = &match make(&current.device) {
+                Ok(d) => d,
+                Err(refused) => return Ok(Err(refused)),
+            };
             check_unique(tx, d, id)?;
             check_contact(tx, org, d.contactid)?;
             tx.exec(
@@ -213,7 +219,7 @@ impl Store {
                                     contact_id = ?7, updated = ?8 WHERE id = ?1",
                 (id, &d.deviceaddress, &d.deviceid, &d.label, d.tagtype, d.beacon.to_string(), d.contactid, now_secs()),
             )?;
-            Ok(())
+            Ok(Ok(()))
         })
     }
 

@@ -73,9 +73,6 @@ pub enum StoreError {
     /// The database's path no longer names the open database file (its folder was removed or
     /// renamed): nothing is written, since after a restart it would be gone.
     Moved(String),
-    /// The item changed between the read a change was made from and its write: nothing was
-    /// written; read it again and make the change anew.
-    Changed,
     /// The database itself failed (I/O error, corruption, full disk).
     Internal(String),
 }
@@ -92,7 +89,6 @@ impl std::fmt::Display for StoreError {
                 write!(f, "{m}")
             }
             StoreError::Busy => write!(f, "the database is busy"),
-            StoreError::Changed => write!(f, "changed meanwhile by another request"),
             StoreError::StorageFull(m) => write!(f, "the disk is full: {m}"),
             StoreError::Moved(m) => write!(f, "{m}"),
             StoreError::Internal(m) => write!(f, "database error: {m}"),

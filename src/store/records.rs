@@ -234,53 +234,67 @@ fn visible(viewer: &Viewer, alias: &str) -> String {
 
 impl Store {
     pub fn create_record(&self, viewer: &Viewer, new: NewRecord) -> Result<i64> {
+        self.write_emitting(|tx| self.insert_record(tx, viewer, new))
+    }
+
+    /// Creates a record and reads it back as Show gives it, in the create's own transaction:
+    /// another client's change or delete of the new record right after it is not in the answer
+    /// (read afterwards, a create deleted meanwhile answered 404, and its client made another).
+    pub fn create_record_shown(&self, viewer: &Viewer, new: NewRecord) -> Result<RecordDetail> {
+        let record_type = new.record_type;
         self.write_emitting(|tx| {
-            let ownership = match new.ownership {
-                Some(o) => o,
-                // Without private records the default is the user's group, if they have one
-                // only; with several the caller must choose.
-                None if viewer.prevent_private && !viewer.admin => match viewer.groups[..] {
-                    [group] => group,
-                    _ => {
-                        return Err(StoreError::Forbidden(
-                            "this user may not own private records: give one of their groups' ids as ownership".into(),
-                        ));
-                    }
-                },
-                None => viewer.user_id,
-            };
-            check_ownership(tx, viewer, ownership)?;
-            check_principal_fields(tx, viewer, &new.fields)?;
-            let now = now_secs();
-            let name = new.record_type.display_name(&new.fields);
-            tx.exec(
-                "INSERT INTO items (org, typeid, ownership, name, fields, search, flagged, created, updated, creator,
-                                    modificator)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?9)",
-                (
-                    &viewer.org,
-                    new.record_type.typeid(),
-                    ownership,
-                    &name,
-                    fields_json(&new.fields),
-                    search_text(&name, &new.fields),
-                    new.flagged,
-                    now,
-                    viewer.user_id,
-                ),
-            )?;
-            let id = tx.last_insert_rowid();
-            tx.exec("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
-            index_fields(tx, id, &FieldValues::new(), &new.fields)?;
-            let (added, _) = change_categories(tx, viewer, new.record_type, id, &new.categories_add, &[])?;
-            add_related(tx, viewer, id, &new.related_add)?;
-            let mut events = vec![Event::ItemsCreate];
-            if added > 0 {
-                events.push(Event::ItemsCategorize);
-            }
-            let wrote = self.emit(tx, &viewer.org, &events, Target::Record(new.record_type, id))?;
-            Ok((id, wrote))
+            let (id, wrote) = self.insert_record(tx, viewer, new)?;
+            Ok((detail_of(tx, viewer, record_type, id, State::Live)?, wrote))
         })
+    }
+
+    /// The new record's id, and whether a webhook delivery was queued.
+    fn insert_record(&self, tx: &Connection, viewer: &Viewer, new: NewRecord) -> Result<(i64, bool)> {
+        let ownership = match new.ownership {
+            Some(o) => o,
+            // Without private records the default is the user's group, if they have one
+            // only; with several the caller must choose.
+            None if viewer.prevent_private && !viewer.admin => match viewer.groups[..] {
+                [group] => group,
+                _ => {
+                    return Err(StoreError::Forbidden(
+                        "this user may not own private records: give one of their groups' ids as ownership".into(),
+                    ));
+                }
+            },
+            None => viewer.user_id,
+        };
+        check_ownership(tx, viewer, ownership)?;
+        check_principal_fields(tx, viewer, &new.fields)?;
+        let now = now_secs();
+        let name = new.record_type.display_name(&new.fields);
+        tx.exec(
+            "INSERT INTO items (org, typeid, ownership, name, fields, search, flagged, created, updated, creator,
+                                modificator)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?9)",
+            (
+                &viewer.org,
+                new.record_type.typeid(),
+                ownership,
+                &name,
+                fields_json(&new.fields),
+                search_text(&name, &new.fields),
+                new.flagged,
+                now,
+                viewer.user_id,
+            ),
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.exec("UPDATE items SET record_id = id WHERE id = ?1", [id])?;
+        index_fields(tx, id, &FieldValues::new(), &new.fields)?;
+        let (added, _) = change_categories(tx, viewer, new.record_type, id, &new.categories_add, &[])?;
+        add_related(tx, viewer, id, &new.related_add)?;
+        let mut events = vec![Event::ItemsCreate];
+        if added > 0 {
+            events.push(Event::ItemsCategorize);
+        }
+        let wrote = self.emit(tx, &viewer.org, &events, Target::Record(new.record_type, id))?;
+        Ok((id, wrote))
     }
 
     pub fn update_record(

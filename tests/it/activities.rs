@@ -511,3 +511,42 @@ fn order_and_moves_keep_the_tree() {
     let positions: Vec<i64> = now.iter().map(|x| x.2).collect();
     assert_eq!(positions, vec![1, 2, 3, 4, 5, 6], "{now:?}");
 }
+
+/// A record holds one linked-emails activity however a second would get there: made there,
+/// moved there from another record, or restored after another was made in its place. Each
+/// refusal is 409 `alreadyexists` and changes nothing.
+#[test]
+fn one_linked_emails_per_record_made_moved_or_restored() {
+    let s = Service::start("one_linked_emails_per_record_made_moved_or_restored");
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    let bob = c.create("contacts", r#"{"firstname": "Bob"}"#);
+    let linked = |parent: i64| {
+        c.create_activity("linkedemails", &format!(r#"{{"parent": {parent}, "data": {{"keywords": "k"}}}}"#))
+    };
+    let ids_under = |record: i64| -> Vec<i64> {
+        let v = c.get_json(&format!("/contacts/{record}")).json();
+        v["activities"].as_object().unwrap().values().map(|x| x["id"].as_i64().unwrap()).collect()
+    };
+    let refused = |r: &crate::support::Resp| {
+        assert_eq!(r.status, 409, "{}", r.body);
+        assert!(r.body.contains("alreadyexists") && r.body.contains("one per parent"), "{}", r.body);
+    };
+    let of_ann = linked(ann);
+    let of_bob = linked(bob);
+
+    refused(&c.put_json(&format!("/contacts/linkedemails/{of_bob}"), &format!(r#"{{"parent": {ann}}}"#)));
+    assert_eq!((ids_under(ann), ids_under(bob)), (vec![of_ann], vec![of_bob]));
+
+    c.delete(&format!("/contacts/linkedemails/{of_ann}")).assert_status(200);
+    let again = linked(ann);
+    refused(&c.call(Req::new("POST", &format!("/contacts/linkedemails/{of_ann}/restore")).json()));
+    assert_eq!(ids_under(ann), vec![again]);
+
+    // With the newer one gone, the older comes back; moving one to a record without one works.
+    c.delete(&format!("/contacts/linkedemails/{again}")).assert_status(200);
+    c.call(Req::new("POST", &format!("/contacts/linkedemails/{of_ann}/restore")).json()).assert_status(200);
+    let carol = c.create("contacts", r#"{"firstname": "Carol"}"#);
+    c.put_json(&format!("/contacts/linkedemails/{of_bob}"), &format!(r#"{{"parent": {carol}}}"#)).assert_status(200);
+    assert_eq!((ids_under(ann), ids_under(bob), ids_under(carol)), (vec![of_ann], vec![], vec![of_bob]));
+}

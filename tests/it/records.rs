@@ -170,3 +170,59 @@ fn tag_names_are_unique_ignoring_case_in_all_of_unicode() {
     c.post_json("/contacts/categories", r#"{"name": "Ecole"}"#).assert_status(201);
     c.post_json("/companies/categories", r#"{"name": "école"}"#).assert_status(201);
 }
+
+/// A create answers with the record it made, as it made it: other clients deleting or
+/// changing the next records the moment they exist neither turn its 201 into a 404 (its
+/// client would create it again) nor put their change into it.
+#[test]
+fn a_create_answers_with_its_own_record_while_others_change_it() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::time::{Duration, Instant};
+    let config = crate::support::BASE_CONFIG.replace("workers = 2", "workers = 8");
+    let s = Service::start_with(
+        "a_create_answers_with_its_own_record_while_others_change_it",
+        crate::support::Options { config: &config, env: vec![] },
+    );
+    let c = s.admin_client();
+    let newest = AtomicI64::new(c.create("contacts", r#"{"firstname": "Seed"}"#));
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let answers = std::sync::Mutex::new((0, Vec::new()));
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                while Instant::now() < deadline {
+                    let r = c.post_json("/contacts", r#"{"firstname": "Mine"}"#);
+                    let mut answers = answers.lock().unwrap();
+                    if r.status == 201 && r.json()["item"]["fields"]["firstname"] == "Mine" {
+                        answers.0 += 1;
+                        newest.fetch_max(r.json()["item"]["id"].as_i64().unwrap(), Ordering::SeqCst);
+                    } else {
+                        answers.1.push(format!("{} {}", r.status, r.body));
+                    }
+                }
+            });
+        }
+        for other in 0..3 {
+            let (c, newest) = (&c, &newest);
+            scope.spawn(move || {
+                while Instant::now() < deadline {
+                    let next = newest.load(Ordering::SeqCst) + 1 + other % 2;
+                    if other == 0 {
+                        c.delete(&format!("/contacts/{next}"));
+                    } else {
+                        c.put_json(&format!("/contacts/{next}"), r#"{"firstname": "Theirs"}"#);
+                    }
+                }
+            });
+        }
+    });
+    let (created, wrong) = answers.into_inner().unwrap();
+    assert!(created > 0);
+    assert!(
+        wrong.is_empty(),
+        "{} of {} creates answered otherwise: {:?}",
+        wrong.len(),
+        created + wrong.len(),
+        &wrong[..wrong.len().min(3)]
+    );
+}
