@@ -29,6 +29,11 @@ pub const BATCH_PARTS_MAX: usize = 100;
 pub const BATCH_PART_HEADERS_MAX: usize = 64;
 /// Bytes of the batch reply; a nested answer that would go beyond it is replaced by an error.
 pub const BATCH_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Bytes of records' and activities' fields one answer may read (a list, a report, a show;
+/// in a batch, no more than its reply has room for): beyond it the answer is 413
+/// `replytoolarge` and nothing more is read. The answer itself is about as large again, so
+/// each worker's memory for an answer stays within some tens of megabytes.
+pub const REPLY_DATA_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// A body over `body_bytes_max` is still read and discarded up to this many bytes before the
 /// 413 goes out, so the client sees the answer instead of a reset connection.

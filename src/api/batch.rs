@@ -263,6 +263,9 @@ impl App {
         let mut answers: Vec<(Option<HeaderValue>, Response)> = Vec::with_capacity(parts.len());
         let mut reply_bytes = 0usize;
         for part in parts {
+            // A nested answer reads no more records than the reply has room for.
+            let room = limits::BATCH_REPLY_BYTES_MAX.saturating_sub(reply_bytes + PART_OVERHEAD_BYTES);
+            let _budget = crate::store::ReplyBudget::start(room);
             let response = match part.request {
                 Ok(nested) => self.run_nested(req, nested),
                 Err(why) => self.refuse(req, ApiError::invalid_request(format!("invalid nested HTTP request: {why}"))),

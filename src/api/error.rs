@@ -20,7 +20,7 @@
 //! | alreadyexists | 409 | a unique name is taken |
 //! | limitreached | 409 | a bounded collection is full (webhooks of an organisation, devices) |
 //! | requesttoolarge | 413 | the body is over the limit |
-//! | replytoolarge | 413 | a nested answer does not fit in the batch reply (the request ran) |
+//! | replytoolarge | 413 | an answer would hold too many bytes of records, or a nested one does not fit in the batch reply |
 //! | quotaexceeded | 429 | the user's hourly call quota is used up |
 //! | internalerror | 500 | a fault of the service; the message carries a reference to the log |
 //! | serverbusy | 503 | the service is overloaded or the database is locked; retry |
@@ -120,6 +120,18 @@ impl ApiError {
         )
     }
 
+    /// An answer that would read more than its budget of records (`REPLY_DATA_BYTES_MAX`).
+    pub fn answer_too_large(limit_bytes: usize) -> ApiError {
+        ApiError::new(
+            413,
+            "replytoolarge",
+            format!(
+                "The answer would hold more than {limit_bytes} bytes of records and activities; \
+                 ask for fewer at a time (limit and start, a narrower range, without itemsdata)"
+            ),
+        )
+    }
+
     pub fn quota_exceeded(allowed: u32, retry_after_secs: i64) -> ApiError {
         let mut e = ApiError::new(
             429,
@@ -181,6 +193,7 @@ impl From<StoreError> for ApiError {
             StoreError::Busy => ApiError::busy(),
             StoreError::StorageFull(_) => ApiError::storage_full(),
             StoreError::Moved(m) => ApiError::unavailable(&m),
+            StoreError::TooLarge(limit) => ApiError::answer_too_large(limit),
             StoreError::Internal(m) => ApiError::internal(&m),
         }
     }

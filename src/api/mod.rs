@@ -329,6 +329,7 @@ impl App {
     /// Answers one request. Never panics on bad input; a panic from a bug is caught by the
     /// caller (the worker pool) and answered with 500.
     pub fn handle(&self, req: &Request) -> Response {
+        let _budget = crate::store::ReplyBudget::start(crate::limits::REPLY_DATA_BYTES_MAX);
         let query = input::parse_form(&req.query);
         let empty = Value::Object(Default::default());
         let format = Format::negotiate(&req.headers, query.as_ref().unwrap_or(&empty));

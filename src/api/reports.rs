@@ -141,13 +141,21 @@ impl<'a> Common<'a> {
     }
 
     /// The root records of the rows, when `itemsdata=1`.
-    fn items(&self, rows: &[ReportRow], wanted: bool) -> Result<HashMap<i64, Out>, ApiError> {
+    fn items(&self, rows: &[ReportRow], wanted: bool) -> Result<Items, ApiError> {
         if !wanted || rows.is_empty() {
-            return Ok(HashMap::new());
+            return Ok(Items(HashMap::new()));
         }
         let ids: Vec<i64> = rows.iter().map(|r| r.record_id).collect();
         let records = self.ctx.app.store.records_by_ids(&self.ctx.viewer, &ids)?;
-        Ok(records.into_iter().map(|(id, r)| (id, item_out(&self.ctx.app.config.fields, r))).collect())
+        Ok(Items(
+            records
+                .into_iter()
+                .map(|(id, r)| {
+                    let bytes = r.name.len() + r.fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+                    (id, (item_out(&self.ctx.app.config.fields, r), bytes))
+                })
+                .collect(),
+        ))
     }
 
     /// A principal id with its display name as the `cn` attribute.
@@ -180,7 +188,7 @@ impl<'a> Common<'a> {
     }
 
     /// The entry of an activity in nextactions, followups, calendar and activities.
-    fn entry(&self, row: &ReportRow, items: &HashMap<i64, Out>) -> Out {
+    fn entry(&self, row: &ReportRow, items: &Items) -> Result<Out, ApiError> {
         let mut out = Out::map()
             .with("id", Out::Int(row.id))
             .with("typeid", Out::Int(row.typeid))
@@ -197,17 +205,17 @@ impl<'a> Common<'a> {
             .with("created", Out::Time(row.created))
             .with("updated", Out::Time(row.updated))
             .with("fields", self.fields(row));
-        if let Some(item) = items.get(&row.record_id) {
-            out.push("item", item.clone());
+        if let Some(item) = items.of(row.record_id)? {
+            out.push("item", item);
         }
-        out
+        Ok(out)
     }
 
     /// A report of activity entries (nextactions, followups, activities, calendar).
     fn activity_list(&self, q: &ReportQuery, list: &'static str, item: &'static str) -> Result<Reply, ApiError> {
         let (rows, count) = self.run(q)?;
         let items = self.items(&rows, self.itemsdata()?)?;
-        let entries = rows.iter().map(|r| self.entry(r, &items)).collect();
+        let entries = rows.iter().map(|r| self.entry(r, &items)).collect::<Result<_, _>>()?;
         Ok(self.doc(list, item, entries, count))
     }
 
@@ -300,7 +308,7 @@ pub fn opportunities(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let items = c.items(&rows, c.itemsdata()?)?;
     let entries = rows
         .iter()
-        .map(|r| {
+        .map(|r| -> Result<Out, ApiError> {
             let f = |k: &str| Out::text(r.fields.get(k).cloned().unwrap_or_default());
             let mut out = Out::map()
                 .with("id", Out::Int(r.id))
@@ -319,12 +327,12 @@ pub fn opportunities(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .with("itemid", Out::Int(r.record_id))
                 .with("itemname", Out::text(r.record_name.clone()));
             c.push_principal(&mut out, "responsible", r.fields.get("responsible").map(String::as_str).unwrap_or(""));
-            if let Some(item) = items.get(&r.record_id) {
-                out.push("item", item.clone());
+            if let Some(item) = items.of(r.record_id)? {
+                out.push("item", item);
             }
-            out
+            Ok(out)
         })
-        .collect();
+        .collect::<Result<_, ApiError>>()?;
     Ok(c.doc("opportunities", "opportunity", entries, count))
 }
 
@@ -396,7 +404,7 @@ pub fn timetracking(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let items = c.items(&rows, c.itemsdata()?)?;
     let entries = rows
         .iter()
-        .map(|r| {
+        .map(|r| -> Result<Out, ApiError> {
             let f = |k: &str| Out::text(r.fields.get(k).cloned().unwrap_or_default());
             // Under a task: the task and its task list; under an interaction: neither.
             let (task, tasklist) = if r.parent_typeid == TASK {
@@ -426,12 +434,12 @@ pub fn timetracking(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
             out.push("itemname", Out::text(r.record_name.clone()));
             out.push("tasklistname", Out::text(tasklist.1));
             out.push("taskname", Out::text(task.1));
-            if let Some(item) = items.get(&r.record_id) {
-                out.push("item", item.clone());
+            if let Some(item) = items.of(r.record_id)? {
+                out.push("item", item);
             }
-            out
+            Ok(out)
         })
-        .collect();
+        .collect::<Result<_, ApiError>>()?;
     Ok(c.doc("timerecords", "timerecord", entries, count))
 }
 
@@ -443,4 +451,21 @@ pub fn calendar(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let mut q = query(vec![TASK, FOLLOWUP, 4], ReportOrder::Date, c.paging()?);
     q.date = Some(DateCondition::Between(start.to_string(), end.to_string()));
     c.activity_list(&q, "calendar", "entry")
+}
+
+/// The root records of a report's rows (`itemsdata=1`), each with the bytes of its fields.
+struct Items(HashMap<i64, (Out, usize)>);
+
+impl Items {
+    /// A copy of the record for one more row, charged to the answer's budget: a record that
+    /// many rows point at is in the answer as many times.
+    fn of(&self, record_id: i64) -> Result<Option<Out>, ApiError> {
+        match self.0.get(&record_id) {
+            Some((item, bytes)) => {
+                crate::store::charge_reply(*bytes)?;
+                Ok(Some(item.clone()))
+            }
+            None => Ok(None),
+        }
+    }
 }

@@ -16,6 +16,7 @@
 
 mod activities;
 mod alerts;
+mod budget;
 mod hooks;
 mod location;
 mod maintenance;
@@ -39,6 +40,7 @@ use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
 pub use alerts::{AlertOrder, NewAlert, StoredAlert};
+pub use budget::{ReplyBudget, charge as charge_reply};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
 pub use maintenance::{backup, compact, restore};
@@ -73,6 +75,9 @@ pub enum StoreError {
     /// The database's path no longer names the open database file (its folder was removed or
     /// renamed): nothing is written, since after a restart it would be gone.
     Moved(String),
+    /// The answer would read more than its budget of bytes of records and activities (the
+    /// budget, in bytes): nothing more was read.
+    TooLarge(usize),
     /// The database itself failed (I/O error, corruption, full disk).
     Internal(String),
 }
@@ -91,6 +96,7 @@ impl std::fmt::Display for StoreError {
             StoreError::Busy => write!(f, "the database is busy"),
             StoreError::StorageFull(m) => write!(f, "the disk is full: {m}"),
             StoreError::Moved(m) => write!(f, "{m}"),
+            StoreError::TooLarge(limit) => write!(f, "the answer would hold more than {limit} bytes of records"),
             StoreError::Internal(m) => write!(f, "database error: {m}"),
         }
     }
@@ -108,6 +114,12 @@ impl StoreError {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(err: rusqlite::Error) -> StoreError {
+        // A row reader stopped by the answer's budget (budget::charge_row).
+        if let rusqlite::Error::UserFunctionError(e) = &err
+            && let Some(StoreError::TooLarge(limit)) = e.downcast_ref::<StoreError>()
+        {
+            return StoreError::TooLarge(*limit);
+        }
         match err.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
             Some(ErrorCode::DiskFull) => StoreError::StorageFull(err.to_string()),
@@ -420,7 +432,10 @@ impl Store {
         };
         let outcome = match exec_cached(&w.conn, "SAVEPOINT write") {
             Ok(()) => {
-                let outcome = catch_unwind(AssertUnwindSafe(|| f(&w.conn)));
+                let outcome = {
+                    let _uncharged = budget::ReplyBudget::suspend();
+                    catch_unwind(AssertUnwindSafe(|| f(&w.conn)))
+                };
                 let ended = if matches!(outcome, Ok(Ok(_))) {
                     exec_cached(&w.conn, "RELEASE write")
                 } else {
@@ -707,6 +722,12 @@ fn fields_json(fields: &FieldValues) -> String {
 
 fn parse_fields(text: &str) -> FieldValues {
     serde_json::from_str(text).unwrap_or_default()
+}
+
+/// The fields of a row read for an answer, charged to its budget ([`budget`]).
+fn answer_fields(text: &str) -> rusqlite::Result<FieldValues> {
+    budget::charge_row(text.len())?;
+    Ok(parse_fields(text))
 }
 
 /// Applies changed fields to current ones: an empty value removes the field.

@@ -12,8 +12,8 @@ use super::activities::FileInfo;
 use super::hooks::Target;
 use super::principals::{owner_ids_json, principal_kind};
 use super::{
-    FIELD_KEY_CHARS, Result, SEARCH_SEPARATOR, Store, StoreError, field_key, fields_json, index_fields, json_ids,
-    merge_fields, parse_fields, search_text,
+    FIELD_KEY_CHARS, Result, SEARCH_SEPARATOR, Store, StoreError, answer_fields, field_key, fields_json, index_fields,
+    json_ids, merge_fields, search_text,
 };
 use crate::model::hook::Event;
 use crate::model::{FieldValues, PrincipalKind, RecordType, Viewer};
@@ -212,7 +212,7 @@ pub(super) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<RecordRow> {
         name: row.get(2)?,
         // Parsed where SQLite holds it, not copied into a string first.
         fields: match row.get_ref(3)? {
-            ValueRef::Text(json) => parse_fields(std::str::from_utf8(json).unwrap_or_default()),
+            ValueRef::Text(json) => answer_fields(std::str::from_utf8(json).unwrap_or_default())?,
             _ => FieldValues::new(),
         },
         ownership: row.get(4)?,
@@ -1068,7 +1068,7 @@ fn activity_from_row(r: &Row<'_>) -> rusqlite::Result<ActivityRow> {
         level: r.get(3)?,
         position: r.get(4)?,
         name: r.get(5)?,
-        fields: parse_fields(&r.get::<_, String>(6)?),
+        fields: answer_fields(&r.get::<_, String>(6)?)?,
         flagged: r.get(7)?,
         created: r.get(8)?,
         updated: r.get(9)?,

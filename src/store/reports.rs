@@ -9,7 +9,7 @@ use rusqlite::types::Value;
 
 use super::principals::owner_ids_json;
 use super::records::{AUDIT_JOINS, RECORD_COLUMNS, RecordRow, bind, record_from_row};
-use super::{Result, Store, json_ids, parse_fields};
+use super::{Result, Store, answer_fields, json_ids};
 use crate::model::{FieldValues, Viewer};
 
 /// Who an activity must be assigned to (its assignee field: `assignedto`, `responsible`,
@@ -239,7 +239,7 @@ impl Store {
                         id: r.get(0)?,
                         typeid: r.get(1)?,
                         name: r.get(2)?,
-                        fields: parse_fields(&r.get::<_, String>(3)?),
+                        fields: answer_fields(&r.get::<_, String>(3)?)?,
                         date: r.get(4)?,
                         completed: r.get(5)?,
                         created: r.get(6)?,
