@@ -483,6 +483,10 @@ impl Store {
                 where_sql
             };
             let company_visible = visible(viewer, "c");
+            // The page's ids first, sorted by their keys alone; then its rows with their
+            // company and audit names. Sorted whole, every match's row (its fields, two
+            // subqueries, the audit joins) went through the sorter before the page was cut
+            // out of it: 5.7 s for the last 100 of 100,000 contacts by creation time.
             let sql = format!(
                 "SELECT {RECORD_COLUMNS},
                     (SELECT group_concat(c.name, ', ' ORDER BY r.id) FROM relations r JOIN items c ON c.id = r.related
@@ -490,10 +494,9 @@ impl Store {
                     (SELECT r.related FROM relations r JOIN items c ON c.id = r.related
                       WHERE r.item = i.id AND c.typeid = {COMPANY_TYPEID} AND c.archived IS NULL AND {company_visible}
                       ORDER BY r.id LIMIT 1)
-                 FROM items i {AUDIT_JOINS}
-                 WHERE {where_sql}
-                 ORDER BY {order}
-                 LIMIT :limit OFFSET :start"
+                 FROM (SELECT i.id FROM items i WHERE {where_sql} ORDER BY {order} LIMIT :limit OFFSET :start) AS page
+                      JOIN items i ON i.id = page.id {AUDIT_JOINS}
+                 ORDER BY {order}"
             );
             params.push((":limit", Value::Integer(i64::from(q.limit))));
             params.push((":start", Value::Integer(i64::try_from(q.start).unwrap_or(i64::MAX))));
