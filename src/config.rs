@@ -76,6 +76,7 @@ pub struct RawHttp {
     pub header_read_timeout_ms: Option<u64>,
     pub body_read_timeout_ms: Option<u64>,
     pub send_timeout_ms: Option<u64>,
+    pub read_time_max_ms: Option<u64>,
     pub tls_listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
@@ -178,6 +179,8 @@ pub struct HttpConfig {
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
     pub send_timeout_ms: u64,
+    /// How long one request's reads may run before they stop (503).
+    pub read_time_max_ms: u64,
     pub tls: Option<TlsConfig>,
     /// When set, `/metrics` answers only `Authorization: Bearer <token>`.
     pub metrics_token: Option<String>,
@@ -413,6 +416,13 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         "http.body_read_timeout_ms",
         h.body_read_timeout_ms,
         limits::HTTP_BODY_READ_TIMEOUT_MS_DEFAULT,
+        limits::HTTP_TIMEOUT_MS_FLOOR,
+        limits::HTTP_TIMEOUT_MS_CEILING,
+    )?;
+    let read_time_max_ms = bounded(
+        "http.read_time_max_ms",
+        h.read_time_max_ms,
+        limits::HTTP_READ_TIME_MAX_MS_DEFAULT,
         limits::HTTP_TIMEOUT_MS_FLOOR,
         limits::HTTP_TIMEOUT_MS_CEILING,
     )?;
@@ -670,6 +680,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             header_read_timeout_ms,
             body_read_timeout_ms,
             send_timeout_ms,
+            read_time_max_ms,
             tls,
             metrics_token,
         },
@@ -725,6 +736,7 @@ impl Config {
                 header_read_timeout_ms: Some(self.http.header_read_timeout_ms),
                 body_read_timeout_ms: Some(self.http.body_read_timeout_ms),
                 send_timeout_ms: Some(self.http.send_timeout_ms),
+                read_time_max_ms: Some(self.http.read_time_max_ms),
                 tls_listen: self.http.tls.as_ref().map(|t| t.listen.to_string()),
                 tls_cert: self.http.tls.as_ref().map(|t| path(&t.cert)),
                 tls_key: self.http.tls.as_ref().map(|t| path(&t.key)),

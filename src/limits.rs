@@ -29,6 +29,13 @@ pub const BATCH_PARTS_MAX: usize = 100;
 pub const BATCH_PART_HEADERS_MAX: usize = 64;
 /// Bytes of the batch reply; a nested answer that would go beyond it is replaced by an error.
 pub const BATCH_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// How long one request's reads may run (a list filtered over every record, a batch of many
+/// such parts) before they stop with 503 `serverbusy` (`[http] read_time_max_ms`); they stop
+/// too once its client has gone. A worker is not held for minutes by one request, nor by one
+/// nobody waits for any more.
+pub const HTTP_READ_TIME_MAX_MS_DEFAULT: u64 = 30_000;
+/// Steps of an SQLite statement between two looks at whether its request's reads should stop.
+pub const STORE_PROGRESS_OPS: i32 = 10_000;
 /// Bytes of records' and activities' fields one answer may read (a list, a report, a show;
 /// in a batch, no more than its reply has room for): beyond it the answer is 413
 /// `replytoolarge` and nothing more is read. The answer itself is about as large again, so

@@ -260,9 +260,15 @@ impl App {
             Ok(parts) => parts,
             Err(e) => return super::render_error(format, e, self.quota_of(req)),
         };
-        let mut answers: Vec<(Option<HeaderValue>, Response)> = Vec::with_capacity(parts.len());
+        let total = parts.len();
+        let mut answers: Vec<(Option<HeaderValue>, Response)> = Vec::with_capacity(total);
         let mut reply_bytes = 0usize;
         for part in parts {
+            // Nobody waits for the rest: the parts not yet run are not run.
+            if req.gone.as_ref().is_some_and(|g| g.load(std::sync::atomic::Ordering::Relaxed)) {
+                log::debug!("batch: the client has gone; {} of {total} parts not run", total - answers.len());
+                break;
+            }
             // A nested answer reads no more records than the reply has room for.
             let room = limits::BATCH_REPLY_BYTES_MAX.saturating_sub(reply_bytes + PART_OVERHEAD_BYTES);
             let _budget = crate::store::ReplyBudget::start(room);
@@ -333,6 +339,8 @@ impl App {
             headers,
             body: nested.body,
             peer: outer.peer,
+            // The outer request's client, and its deadline, hold for the nested one.
+            gone: None,
         };
         if is_batch_path(&request.path) {
             return self.refuse(

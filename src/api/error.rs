@@ -194,6 +194,13 @@ impl From<StoreError> for ApiError {
             StoreError::StorageFull(_) => ApiError::storage_full(),
             StoreError::Moved(m) => ApiError::unavailable(&m),
             StoreError::TooLarge(limit) => ApiError::answer_too_large(limit),
+            StoreError::Stopped(why) => ApiError::new(
+                503,
+                "serverbusy",
+                format!(
+                    "The request was stopped: {why}; ask for less at a time (a narrower filter or range, fewer parts)"
+                ),
+            ),
             StoreError::Internal(m) => ApiError::internal(&m),
         }
     }

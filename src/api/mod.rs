@@ -60,8 +60,9 @@ pub struct App {
     pub verified: auth::Verified,
     /// Failed logins per client address (shared with the MQTT broker).
     pub throttle: Arc<auth::Throttle>,
-    /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics and `/_fault/hold` holds
-    /// its worker for half a second (for tests).
+    /// `SITEGATE_FAULT_INJECTION=1` at start: `/_fault/panic` panics, `/_fault/hold` holds
+    /// its worker for half a second, `/_fault/slowread` reads for minutes unless stopped (for
+    /// tests).
     pub fault_injection: bool,
     pub metrics: Arc<Metrics>,
     /// The site map and location settings in force (replaced on SIGHUP).
@@ -88,6 +89,8 @@ pub struct Request {
     /// The client's address (failed logins are throttled by it); none for requests the
     /// process makes itself.
     pub peer: Option<std::net::IpAddr>,
+    /// Set once the client has gone (the HTTP layer dropped the request): its reads stop.
+    pub gone: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A complete response: always a known length, never chunked.
@@ -330,6 +333,10 @@ impl App {
     /// caller (the worker pool) and answered with 500.
     pub fn handle(&self, req: &Request) -> Response {
         let _budget = crate::store::ReplyBudget::start(crate::limits::REPLY_DATA_BYTES_MAX);
+        let _stop = crate::store::ReadStop::start(
+            std::time::Duration::from_millis(self.config.http.read_time_max_ms),
+            req.gone.clone(),
+        );
         let query = input::parse_form(&req.query);
         let empty = Value::Object(Default::default());
         let format = Format::negotiate(&req.headers, query.as_ref().unwrap_or(&empty));
@@ -684,6 +691,9 @@ fn route_doc(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Resul
         ["_fault", "hold"] if ctx.app.fault_injection => {
             std::thread::sleep(std::time::Duration::from_millis(500));
             Ok(Reply::ok(Out::map()))
+        }
+        ["_fault", "slowread"] if ctx.app.fault_injection => {
+            Ok(Reply::ok(Out::map().with("n", Out::Int(ctx.app.store.slow_read()?))))
         }
         ["status", "snapshot"] => match *method {
             Method::GET => status::show(ctx),

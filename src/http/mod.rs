@@ -297,12 +297,16 @@ async fn respond(
             headers: parts.headers.clone(),
             body: Bytes::new(),
             peer: Some(peer.ip()),
+            gone: None,
         };
         let response = events::respond(request, shared, shutdown).await;
         log::debug!("{peer} {} {} -> {} (event stream)", parts.method, parts.uri.path(), response.status());
         return response;
     }
 
+    // Set when this future is dropped: hyper drops it when the client goes away before its
+    // answer, and the worker then stops the request's reads (or does not start a GET).
+    let gone = GoneOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
     // The request's headers move to the worker (cloning them was a tenth of the HTTP path).
     // HEAD is answered as GET; hyper leaves the body out and keeps its Content-Length.
     let request = api::Request {
@@ -312,6 +316,7 @@ async fn respond(
         headers: std::mem::take(&mut parts.headers),
         body,
         peer: Some(peer.ip()),
+        gone: Some(Arc::clone(&gone.0)),
     };
     let method = parts.method.clone();
     let started = std::time::Instant::now();
@@ -333,6 +338,15 @@ async fn respond(
         .inc();
     log::debug!("{peer} {method} {} -> {status}", parts.uri.path());
     response
+}
+
+/// Sets its flag when dropped: the request it belongs to is over, answered or not.
+struct GoneOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for GoneOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The method as a metrics label: the standard ones by name, anything else as `other`.

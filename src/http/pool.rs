@@ -34,9 +34,23 @@ impl Pool {
             let handle = std::thread::Builder::new().name(format!("http-worker-{i}")).spawn(move || {
                 for job in rx.iter() {
                     app.metrics.queue_depth.set(rx.len() as i64);
+                    // A read whose client went away while it waited is not run (a client that
+                    // gave up and asks again would otherwise cost the work twice).
+                    if job.req.method == http::Method::GET && job.reply.is_closed() {
+                        log::debug!("{} {}: the client has gone; not run", job.req.method, job.req.path);
+                        continue;
+                    }
                     app.metrics.workers_busy.inc();
                     let response = app.handle_isolated(&job.req);
                     app.metrics.workers_busy.dec();
+                    if job.reply.is_closed() {
+                        log::debug!(
+                            "{} {}: its client had gone before the answer ({})",
+                            job.req.method,
+                            job.req.path,
+                            response.status
+                        );
+                    }
                     // The client may have gone; nothing to do then.
                     let _ = job.reply.send(response);
                 }

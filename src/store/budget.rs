@@ -1,4 +1,5 @@
-//! The bytes of records and activities one answer may read (`limits::REPLY_DATA_BYTES_MAX`).
+//! What one request's reads may take: bytes of records (`limits::REPLY_DATA_BYTES_MAX`) and
+//! time (`[http] read_time_max_ms`), and no more once its client has gone.
 //!
 //! Lists, reports and shows read rows into memory and build their answer from them: a
 //! report of 5,000 rows that each carry their record (`itemsdata`), or a record with
@@ -6,7 +7,10 @@
 //! readers charge the fields they read against it and stop with [`StoreError::TooLarge`]
 //! when it is spent, before the rest is read.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use super::StoreError;
 
@@ -62,6 +66,71 @@ pub(super) fn charge_row(bytes: usize) -> rusqlite::Result<()> {
     charge(bytes).map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))
 }
 
+/// When the reads of the request on this thread stop: at its deadline, or once its client
+/// has gone (the HTTP layer sets the flag when it drops the request).
+#[derive(Clone)]
+struct Stop {
+    deadline: Instant,
+    /// What the deadline was set for, for the error.
+    time_max: Duration,
+    gone: Option<Arc<AtomicBool>>,
+}
+
+thread_local! {
+    static STOP: RefCell<Option<Stop>> = const { RefCell::new(None) };
+}
+
+/// The reads of the request on this thread stop once it has run `time_max` (no later than an
+/// enclosing request's deadline) or its client has gone; the stop before it after.
+pub struct ReadStop {
+    before: Option<Stop>,
+}
+
+impl ReadStop {
+    pub fn start(time_max: Duration, gone: Option<Arc<AtomicBool>>) -> ReadStop {
+        let before = STOP.with(|s| s.borrow().clone());
+        let mut stop = Stop { deadline: Instant::now() + time_max, time_max, gone };
+        if let Some(outer) = &before
+            && outer.deadline < stop.deadline
+        {
+            stop.deadline = outer.deadline;
+            stop.time_max = outer.time_max;
+        }
+        if let Some(outer) = &before {
+            stop.gone = stop.gone.or_else(|| outer.gone.clone());
+        }
+        STOP.with(|s| *s.borrow_mut() = Some(stop));
+        ReadStop { before }
+    }
+}
+
+impl Drop for ReadStop {
+    fn drop(&mut self) {
+        STOP.with(|s| *s.borrow_mut() = self.before.take());
+    }
+}
+
+/// Whether the request's reads on this thread should stop (the read connections' progress
+/// handler asks, every `STORE_PROGRESS_OPS` steps of a statement).
+pub(super) fn read_should_stop() -> bool {
+    STOP.with(|s| {
+        s.borrow()
+            .as_ref()
+            .is_some_and(|s| s.gone.as_ref().is_some_and(|g| g.load(Ordering::Relaxed)) || Instant::now() >= s.deadline)
+    })
+}
+
+/// Why the reads stopped, for the caller's error.
+pub(super) fn stopped() -> StoreError {
+    STOP.with(|s| match s.borrow().as_ref() {
+        Some(s) if s.gone.as_ref().is_some_and(|g| g.load(Ordering::Relaxed)) => {
+            StoreError::Stopped("its client has gone".into())
+        }
+        Some(s) => StoreError::Stopped(format!("its reads ran longer than {} ms", s.time_max.as_millis())),
+        None => StoreError::Stopped("it was interrupted".into()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +155,29 @@ mod tests {
         assert!(matches!(charge(1), Err(StoreError::TooLarge(100))));
         drop(outer);
         assert!(charge(usize::MAX).is_ok());
+    }
+
+    #[test]
+    fn reads_stop_at_the_deadline_or_when_the_client_has_gone() {
+        assert!(!read_should_stop(), "no stop outside a request");
+        let gone = Arc::new(AtomicBool::new(false));
+        let outer = ReadStop::start(Duration::from_secs(60), Some(Arc::clone(&gone)));
+        assert!(!read_should_stop());
+        {
+            // A nested request keeps the enclosing client, and its earlier deadline.
+            let _nested = ReadStop::start(Duration::from_secs(3600), None);
+            gone.store(true, Ordering::Relaxed);
+            assert!(read_should_stop());
+            assert!(matches!(stopped(), StoreError::Stopped(why) if why.contains("client")));
+            gone.store(false, Ordering::Relaxed);
+        }
+        {
+            let _short = ReadStop::start(Duration::ZERO, None);
+            assert!(read_should_stop());
+            assert!(matches!(stopped(), StoreError::Stopped(why) if why.contains("longer than")));
+        }
+        assert!(!read_should_stop());
+        drop(outer);
+        assert!(!read_should_stop());
     }
 }

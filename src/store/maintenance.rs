@@ -32,6 +32,18 @@ impl Store {
         Ok(())
     }
 
+    /// A read that runs for minutes unless its request's reads are stopped (fault injection).
+    pub fn slow_read(&self) -> Result<i64> {
+        self.read_one_statement(|c| {
+            Ok(c.query_row(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4000000000)
+                 SELECT count(*) FROM n",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+    }
+
     /// Bytes the service may still write on the file system holding the database (what an
     /// unprivileged process may use), or None where the file system does not say.
     pub fn disk_free_bytes(&self) -> Option<u64> {

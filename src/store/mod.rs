@@ -40,7 +40,7 @@ use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
 pub use alerts::{AlertOrder, NewAlert, StoredAlert};
-pub use budget::{ReplyBudget, charge as charge_reply};
+pub use budget::{ReadStop, ReplyBudget, charge as charge_reply};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
 pub use maintenance::{backup, compact, restore};
@@ -78,6 +78,8 @@ pub enum StoreError {
     /// The answer would read more than its budget of bytes of records and activities (the
     /// budget, in bytes): nothing more was read.
     TooLarge(usize),
+    /// The request's reads stopped (why): it ran too long, or its client has gone.
+    Stopped(String),
     /// The database itself failed (I/O error, corruption, full disk).
     Internal(String),
 }
@@ -97,6 +99,7 @@ impl std::fmt::Display for StoreError {
             StoreError::StorageFull(m) => write!(f, "the disk is full: {m}"),
             StoreError::Moved(m) => write!(f, "{m}"),
             StoreError::TooLarge(limit) => write!(f, "the answer would hold more than {limit} bytes of records"),
+            StoreError::Stopped(why) => write!(f, "the request's reads stopped: {why}"),
             StoreError::Internal(m) => write!(f, "database error: {m}"),
         }
     }
@@ -122,6 +125,8 @@ impl From<rusqlite::Error> for StoreError {
         }
         match err.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
+            // The read connections' progress handler (budget::read_should_stop).
+            Some(ErrorCode::OperationInterrupted) => budget::stopped(),
             Some(ErrorCode::DiskFull) => StoreError::StorageFull(err.to_string()),
             // The WAL index (`-shm`) could not be grown: on a full disk, that is how SQLite
             // says so when it opens or reads.
@@ -312,6 +317,8 @@ impl Store {
                     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
                 configure(&c, false)?;
+                let mut c = c;
+                c.progress_handler(limits::STORE_PROGRESS_OPS, Some(budget::read_should_stop))?;
                 Ok(c)
             }
         }

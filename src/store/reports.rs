@@ -218,15 +218,17 @@ impl Store {
                 // `updated` is never before `created`: the latest change first.
                 ReportOrder::Recent => "a.updated DESC, a.id DESC",
             };
+            // The page's ids first, then its rows (as lists do: every match's row, parents and
+            // comment count went through the sorter before the page was cut out of it).
             let sql = format!(
                 "SELECT a.id, a.typeid, a.name, a.fields, a.due, a.completed, a.created, a.updated, a.creator,
                         p.id, p.typeid, p.name, gp.id, gp.typeid, gp.name, r.id, r.typeid, r.name, r.ownership,
                         (SELECT count(*) FROM items c WHERE c.parent = a.id AND c.typeid = 91 AND c.archived IS NULL)
-                 FROM items a JOIN items p ON p.id = a.parent JOIN items r ON r.id = a.record_id
+                 FROM (SELECT a.id FROM items a JOIN items r ON r.id = a.record_id WHERE {where_sql}
+                       ORDER BY {order} LIMIT :limit OFFSET :start) AS page
+                      JOIN items a ON a.id = page.id JOIN items p ON p.id = a.parent JOIN items r ON r.id = a.record_id
                       LEFT JOIN items gp ON gp.id = p.parent
-                 WHERE {where_sql}
-                 ORDER BY {order}
-                 LIMIT :limit OFFSET :start"
+                 ORDER BY {order}"
             );
             params.push((":limit", Value::Integer(i64::from(q.limit))));
             params.push((":start", Value::Integer(i64::try_from(q.start).unwrap_or(i64::MAX))));

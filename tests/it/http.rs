@@ -361,3 +361,59 @@ fn head_answers_as_get_without_the_body() {
     assert!(rest.starts_with("HTTP/1.1 200"), "no body after the HEAD answer: {rest:?}");
     assert!(rest.contains("<health>ok</health>"), "{rest}");
 }
+
+/// A request's reads stop after `[http] read_time_max_ms` with 503 `serverbusy` saying so, and
+/// its worker (the only one) serves the next request: a read that would run for minutes
+/// held the worker, and every request behind it, for as long.
+#[test]
+fn reads_that_run_too_long_stop() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 1\nread_time_max_ms = 200");
+    let s = Service::start_with(
+        "reads_that_run_too_long_stop",
+        Options { config: &config, env: vec![("SITEGATE_FAULT_INJECTION", "1")] },
+    );
+    let c = s.admin_client();
+    let r = c.get_json("/_fault/slowread");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("serverbusy") && r.body.contains("longer than 200 ms"), "{}", r.body);
+    c.get_json("/contacts").assert_status(200);
+}
+
+/// A client that goes away while its request runs: the request's reads stop, and a batch runs
+/// none of its parts after it; the worker (the only one) is free again. A plain read that
+/// ran for minutes kept the worker for as long, though nobody would take the answer.
+#[test]
+fn reads_stop_when_their_client_goes_away() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 1");
+    let s = Service::start_with(
+        "reads_stop_when_their_client_goes_away",
+        Options { config: &config, env: vec![("SITEGATE_FAULT_INJECTION", "1"), ("SITEGATE_LOG", "debug")] },
+    );
+    let c = s.admin_client();
+    let part = "--b\r\nContent-Type: application/http\r\n\r\nGET /_fault/slowread HTTP/1.1\r\n\r\n\r\n";
+    let body = format!("{part}{part}{part}--b--\r\n");
+    let mut stream = TcpStream::connect(s.addr).unwrap();
+    write!(
+        stream,
+        "POST /batch HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: multipart/mixed; boundary=b\r\nContent-Length: {}\r\n\r\n{body}",
+        basic(&s.admin.email, &s.admin.token),
+        body.len()
+    )
+    .unwrap();
+    // Time for the first part to start (on a slow machine the batch may not have, and then
+    // runs none of its parts).
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stream);
+    let log = crate::support::wait_for("the batch stopped", || {
+        let log = s.stderr();
+        (log.contains("batch: the client has gone;")
+            && log.contains("POST /batch: its client had gone before the answer"))
+        .then_some(log)
+    });
+    if log.contains("2 of 3 parts not run") {
+        assert!(log.contains("batch part GET /_fault/slowread -> 503"), "{log}");
+    } else {
+        assert!(log.contains("3 of 3 parts not run"), "{log}");
+    }
+    c.get_json("/contacts").assert_status(200);
+}
