@@ -38,9 +38,10 @@ pub const HTTP_READ_TIME_MAX_MS_DEFAULT: u64 = 30_000;
 pub const STORE_PROGRESS_OPS: i32 = 10_000;
 /// Bytes of records' and activities' fields one answer may read (a list, a report, a show;
 /// in a batch, no more than its reply has room for): beyond it the answer is 413
-/// `replytoolarge` and nothing more is read. The answer itself is about as large again, so
-/// each worker's memory for an answer stays within some tens of megabytes.
-pub const REPLY_DATA_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// `replytoolarge` and nothing more is read. Rows are charged all their stored fields, also
+/// those a list leaves out: 5,000 contacts of 13 KB each fit, a record with a thousand notes
+/// of 60 KB does not. The answer is at most about as large again.
+pub const REPLY_DATA_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// A body over `body_bytes_max` is still read and discarded up to this many bytes before the
 /// 413 goes out, so the client sees the answer instead of a reset connection.
@@ -357,10 +358,11 @@ pub const MQTT_SUBSCRIPTIONS_PER_CLIENT_MAX: usize = 100;
 pub const MQTT_TOPIC_LEVELS_MAX: usize = 16;
 pub const MQTT_CLIENT_ID_BYTES_MAX: usize = 128;
 
-/// Retained messages the broker keeps (device states and clients' own); a new retained topic
-/// beyond it is not kept (logged).
+/// Retained messages the broker keeps of clients' own; a new retained topic beyond it is not
+/// kept (logged). The feed's device states are kept besides (one per device, at most
+/// `LOCATION_DEVICES_MAX`), whatever clients retained.
 pub const MQTT_RETAINED_MAX: usize = 100_000;
-/// Bytes of all retained messages together, each counted as its payload, four times its topic
+/// Bytes of clients' retained messages together, each counted as its payload, four times its topic
 /// (the broker keeps the topic in its tree, in the message and in this count) and
 /// `MQTT_RETAINED_OVERHEAD_BYTES`; a retained message beyond is not kept.
 pub const MQTT_RETAINED_BYTES_MAX: usize = 64 * 1024 * 1024;

@@ -60,6 +60,17 @@ pub fn may_publish(p: &Principal, topic: &str) -> bool {
     !(feed && levels.next().is_none())
 }
 
+/// `{org}/{deviceId}/{data|state|alert}`: a topic of the gateway's own feed (clients may not
+/// publish on one).
+pub fn is_feed_topic(topic: &str) -> bool {
+    let mut levels = topic.split('/');
+    matches!(
+        (levels.next(), levels.next(), levels.next(), levels.next()),
+        (Some(org), Some(device), Some(stream), None)
+            if !org.is_empty() && !device.is_empty() && FEED_STREAMS.contains(&stream)
+    )
+}
+
 /// `espresense/devices/{id}/{room}`: what ESPresense nodes publish.
 pub fn is_espresense(topic: &str) -> bool {
     topic.starts_with("espresense/")

@@ -553,6 +553,8 @@ struct RetainStore {
 }
 
 #[derive(Default)]
+/// The retained messages clients published (the feed's device states are not counted: one per
+/// device, bounded by the device table, and a client must not be able to crowd them out).
 struct Sizes {
     topics: HashMap<String, (usize, Option<std::time::Instant>)>,
     total: usize,
@@ -613,6 +615,10 @@ impl RetainStorage for RetainStore {
             .and_then(|p| p.message_expiry_interval)
             .map(|s| Duration::from_secs(u64::from(s.get())));
         self.sweep().await;
+        if super::acl::is_feed_topic(topic) {
+            // The gateway's own device state: always kept.
+            return self.inner.set_with_timeout(topic, retain, own_expiry).await;
+        }
         let payload = retain.publish.payload.len();
         if payload > 0 && topic.len() > limits::MQTT_RETAINED_TOPIC_BYTES_MAX {
             self.say_refused(format_args!(
@@ -622,21 +628,18 @@ impl RetainStorage for RetainStore {
             ));
             return Ok(());
         }
-        let count = usize::try_from(self.inner.count().await).unwrap_or(0);
         let size = if payload == 0 { 0 } else { retained_bytes(topic, payload) };
-        if count >= limits::MQTT_RETAINED_MAX && size > 0 {
-            let filter = TopicFilter::from(topic.to_string());
-            if self.inner.get_message(&filter).await.map(|v| v.is_empty()).unwrap_or(true) {
+        {
+            let mut sizes = self.sizes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Sizes { topics, total, .. } = &mut *sizes;
+            if topics.len() >= limits::MQTT_RETAINED_MAX && size > 0 && !topics.contains_key(&**topic) {
+                drop(sizes);
                 self.say_refused(format_args!(
                     "{} retained messages kept already; {topic:?} (and others) not retained",
                     limits::MQTT_RETAINED_MAX
                 ));
                 return Ok(());
             }
-        }
-        {
-            let mut sizes = self.sizes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let Sizes { topics, total, .. } = &mut *sizes;
             let old = topics.get(&**topic).map_or(0, |t| t.0);
             if size > old && *total - old + size > limits::MQTT_RETAINED_BYTES_MAX {
                 drop(sizes);

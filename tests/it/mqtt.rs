@@ -854,3 +854,46 @@ fn a_message_the_upstream_refuses_does_not_block_the_bridge() {
     let health = s.anonymous().get_json("/health").json();
     assert!(health["mqtt"]["bridge"]["dropped"].as_i64() >= Some(1), "{health}");
 }
+
+/// A client that fills the retained messages' budget (64 MiB) cannot crowd out the feed's
+/// device states: a badge heard afterwards has its state retained for a new subscriber, as
+/// the feed promises. They shared the budget, and one client of any organisation could take it.
+#[test]
+fn a_client_filling_the_retained_budget_leaves_the_device_states_retained() {
+    let config = site_config("");
+    let s = Service::start_with(
+        "a_client_filling_the_retained_budget_leaves_the_device_states_retained",
+        Options { config: &config, env: vec![] },
+    );
+    add_badge(&s.admin_client(), "");
+    let addr = mqtt_addr(&s);
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    let publisher = connect(addr, "big-retainer", "intercom", &password).unwrap();
+    let payload = vec![b'r'; 250_000];
+    for i in 0..300 {
+        publisher.client.publish(format!("acme/ret/{i}"), QoS::AtLeastOnce, true, payload.clone()).unwrap();
+    }
+    // Then small ones, until what is left is less than one of them (some 300 bytes).
+    for i in 0..1_500 {
+        publisher.client.publish(format!("acme/small/{i}"), QoS::AtLeastOnce, true, b"s".to_vec()).unwrap();
+    }
+    let check = connect(addr, "checker", "intercom", &password).unwrap();
+    check.subscribe("acme/done");
+    publisher.publish("acme/done", "x");
+    check.next_publish(Duration::from_secs(60)).expect("the marker after the retained messages");
+    assert!(s.stderr().contains("not retained"), "{}", s.stderr());
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let watcher = connect(addr, "watcher", "intercom", &password).unwrap();
+    watcher.subscribe("acme/5.1.22/state");
+    let advert = badge_advert(-60, None, "");
+    wait_for("the badge's state", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert);
+        watcher.next_publish(Duration::from_millis(500))
+    });
+    // What a new subscriber gets at once is the retained state (the flag set); the feed's
+    // live messages come without it.
+    let late = connect(addr, "late", "intercom", &password).unwrap();
+    late.subscribe("acme/5.1.22/state");
+    let retained = std::iter::from_fn(|| late.next_publish(Duration::from_secs(3))).take(20).find(|p| p.retain);
+    assert!(retained.is_some_and(|p| p.topic == "acme/5.1.22/state"), "the badge's state was not retained");
+}
