@@ -36,6 +36,11 @@ pub const BATCH_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 pub const HTTP_READ_TIME_MAX_MS_DEFAULT: u64 = 30_000;
 /// Steps of an SQLite statement between two looks at whether its request's reads should stop.
 pub const STORE_PROGRESS_OPS: i32 = 10_000;
+/// A worker that read or answered more than this many bytes for one request gives the memory
+/// it freed back to the system once it has been idle for `WORKER_RELEASE_IDLE_MS` (the
+/// allocator otherwise keeps it for that worker: a burst of large answers left 140 MB held).
+pub const WORKER_RELEASE_AFTER_BYTES: usize = 1024 * 1024;
+pub const WORKER_RELEASE_IDLE_MS: u64 = 1_000;
 /// Bytes of records' and activities' fields one answer may read (a list, a report, a show;
 /// in a batch, no more than its reply has room for): beyond it the answer is 413
 /// `replytoolarge` and nothing more is read. Rows are charged all their stored fields, also

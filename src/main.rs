@@ -44,6 +44,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static ALLOCATOR: fuzz::Counting = fuzz::Counting;
 
+/// Gives the memory this thread has freed back to the system. mimalloc keeps a thread's freed
+/// pages for its next allocations: a worker that made a large answer and then waits held the
+/// answer's memory for good (a burst of them: 140 MB, 53 MB with this; BENCHMARKS.md). Forced
+/// (the gentle collect returned nothing) and so a matter of milliseconds: idle workers only.
+pub fn release_freed_memory() {
+    // SAFETY: mi_collect takes no pointers; it frees what this thread's heap no longer uses.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 /// musl's x86_64 memcpy has no short path and its memcmp compares a byte at a time: the
 /// static builds take `memcpy` and `memmove` (x86_64) and `memcmp` and `bcmp` (x86_64,
 /// aarch64) from `crates/fastmem` instead (BENCHMARKS.md, "Copies").

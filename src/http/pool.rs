@@ -32,7 +32,31 @@ impl Pool {
             let rx = rx.clone();
             let app = Arc::clone(&app);
             let handle = std::thread::Builder::new().name(format!("http-worker-{i}")).spawn(move || {
-                for job in rx.iter() {
+                // Whether this worker made a large answer since it last gave memory back.
+                let mut release_pending = false;
+                loop {
+                    let job = match rx.try_recv() {
+                        Ok(job) => job,
+                        Err(crossbeam_channel::TryRecvError::Disconnected) => break,
+                        // Idle for a while after a large answer: its memory goes back to the
+                        // system (busy, the worker reuses it; giving back costs milliseconds).
+                        Err(crossbeam_channel::TryRecvError::Empty) if release_pending => {
+                            let idle = std::time::Duration::from_millis(crate::limits::WORKER_RELEASE_IDLE_MS);
+                            match rx.recv_timeout(idle) {
+                                Ok(job) => job,
+                                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                                    release_pending = false;
+                                    crate::release_freed_memory();
+                                    continue;
+                                }
+                                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                            }
+                        }
+                        Err(crossbeam_channel::TryRecvError::Empty) => match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        },
+                    };
                     app.metrics.queue_depth.set(rx.len() as i64);
                     // A read whose client went away while it waited is not run (a client that
                     // gave up and asks again would otherwise cost the work twice).
@@ -43,6 +67,8 @@ impl Pool {
                     app.metrics.workers_busy.inc();
                     let response = app.handle_isolated(&job.req);
                     app.metrics.workers_busy.dec();
+                    release_pending |= crate::store::take_charged().saturating_add(response.body.len())
+                        > crate::limits::WORKER_RELEASE_AFTER_BYTES;
                     if job.reply.is_closed() {
                         log::debug!(
                             "{} {}: its client had gone before the answer ({})",

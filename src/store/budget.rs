@@ -17,6 +17,14 @@ use super::StoreError;
 thread_local! {
     /// Bytes left to the answer being made on this thread; None outside a request.
     static LEFT: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
+    /// Bytes charged on this thread since [`take_charged`] last looked.
+    static CHARGED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The bytes of records read for answers on this thread since the last call (a worker asks
+/// after each request whether it made a large one).
+pub fn take_charged() -> usize {
+    CHARGED.with(|c| c.replace(0))
 }
 
 /// The budget of the answer made on this thread while it lives; the one before it after.
@@ -54,6 +62,7 @@ pub fn charge(bytes: usize) -> Result<(), StoreError> {
         None => Ok(()),
         Some((left, of)) if bytes <= left => {
             l.set(Some((left - bytes, of)));
+            CHARGED.with(|c| c.set(c.get().saturating_add(bytes)));
             Ok(())
         }
         Some((_, of)) => Err(StoreError::TooLarge(of)),

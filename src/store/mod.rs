@@ -40,7 +40,7 @@ use crate::model::FieldValues;
 
 pub use activities::{ActivityChanges, NewActivity, Place};
 pub use alerts::{AlertOrder, NewAlert, StoredAlert};
-pub use budget::{ReadStop, ReplyBudget, charge as charge_reply};
+pub use budget::{ReadStop, ReplyBudget, charge as charge_reply, take_charged};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
 pub use maintenance::{backup, compact, restore};
