@@ -178,15 +178,8 @@ fn garbage_on_the_wire_gets_400_and_a_close_and_others_are_answered() {
 /// which reads the clock's offset from a file at every look.
 #[test]
 fn a_clock_set_back_neither_ends_nor_lengthens_a_lockout() {
-    let clock = test_dir("lockout_clock_step_offset").join("offset");
-    std::fs::write(&clock, "+0").unwrap();
-    let (lib, clock_file) = (libfaketime().replace("libfaketimeMT", "libfaketime"), clock.display().to_string());
-    let env = vec![
-        ("LD_PRELOAD", lib.as_str()),
-        ("FAKETIME_TIMESTAMP_FILE", clock_file.as_str()),
-        ("FAKETIME_NO_CACHE", "1"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ];
+    let stepped = crate::support::SteppedClock::new("lockout_clock_step_offset");
+    let (clock, env) = (&stepped.offset, stepped.env());
     let config = BASE_CONFIG.to_string() + "\n[api]\nlogin_failures_max = 3\nlogin_lockout_s = 3\n";
     let s = Service::start_with("lockout_clock_step", Options { config: &config, env });
     let wrong = basic("nobody@acme.test", &"0".repeat(64));
@@ -194,7 +187,7 @@ fn a_clock_set_back_neither_ends_nor_lengthens_a_lockout() {
         call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(401);
     }
     call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(429);
-    std::fs::write(&clock, "-3600").unwrap();
+    std::fs::write(clock, "-3600").unwrap();
     call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(429);
     std::thread::sleep(Duration::from_secs(4));
     call_from("127.0.0.2", s.addr, &wrong, "/contacts").assert_status(401);

@@ -344,16 +344,8 @@ fn an_alarm_the_database_refused_is_recorded_when_it_takes_writes_again() {
 /// the clock's offset from a file at every look; the monotonic clock runs as it does.
 #[test]
 fn a_clock_set_back_holds_back_neither_alarms_nor_the_engine() {
-    let clock = test_dir("alerts_clock_step_offset").join("offset");
-    std::fs::write(&clock, "+0").unwrap();
-    // The library without its thread-safe locking: that one does not read the file again.
-    let (lib, clock_file) = (libfaketime().replace("libfaketimeMT", "libfaketime"), clock.display().to_string());
-    let env = vec![
-        ("LD_PRELOAD", lib.as_str()),
-        ("FAKETIME_TIMESTAMP_FILE", clock_file.as_str()),
-        ("FAKETIME_NO_CACHE", "1"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ];
+    let stepped = crate::support::SteppedClock::new("alerts_clock_step_offset");
+    let (clock, env) = (&stepped.offset, stepped.env());
     let config = config().replacen(
         "when = \"alarm\"\ntag_types = [1]\n",
         "when = \"alarm\"\ntag_types = [1]\nrepeat_s = 2\n",
@@ -372,7 +364,7 @@ fn a_clock_set_back_holds_back_neither_alarms_nor_the_engine() {
         (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(())
     });
 
-    std::fs::write(&clock, "-3600").unwrap();
+    std::fs::write(clock, "-3600").unwrap();
     // The step as the service measured it (to the millisecond: the two clocks are read
     // one after the other).
     let step_ms = |log: &str| -> Option<i64> {

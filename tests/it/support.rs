@@ -283,7 +283,6 @@ pub fn basic(email: &str, token: &str) -> String {
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{email}:{token}")))
 }
 
-/// Polls `f` until it returns `Some`, failing after a generous deadline.
 /// Where libfaketime is (Debian's `faketime` package; the test script installs it).
 pub fn libfaketime() -> String {
     for dir in ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/lib/faketime"] {
@@ -295,6 +294,35 @@ pub fn libfaketime() -> String {
     panic!("libfaketime is missing: install Debian's `faketime` package (scripts/test does)");
 }
 
+/// A wall clock a test can step: the service runs under libfaketime (without its thread-safe
+/// locking, which does not read the file again), which reads the offset from `offset` at
+/// every look; the monotonic clock runs as it does.
+pub struct SteppedClock {
+    pub offset: PathBuf,
+    lib: String,
+    file: String,
+}
+
+impl SteppedClock {
+    pub fn new(name: &str) -> SteppedClock {
+        let offset = test_dir(name).join("offset");
+        std::fs::write(&offset, "+0").unwrap();
+        let file = offset.display().to_string();
+        SteppedClock { offset, lib: libfaketime().replace("libfaketimeMT", "libfaketime"), file }
+    }
+
+    /// The service's environment for it.
+    pub fn env(&self) -> Vec<(&str, &str)> {
+        vec![
+            ("LD_PRELOAD", self.lib.as_str()),
+            ("FAKETIME_TIMESTAMP_FILE", self.file.as_str()),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ]
+    }
+}
+
+/// Polls `f` until it returns `Some`, failing after a generous deadline.
 pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
