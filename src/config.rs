@@ -67,6 +67,7 @@ pub struct RawConfig {
 pub struct RawHttp {
     pub listen: Option<String>,
     pub workers: Option<usize>,
+    pub heavy_workers: Option<usize>,
     pub queue_depth_max: Option<usize>,
     pub connections_max: Option<usize>,
     pub connections_per_address_max: Option<usize>,
@@ -167,6 +168,9 @@ pub struct Config {
 pub struct HttpConfig {
     pub listen: SocketAddr,
     pub workers: usize,
+    /// Of the workers, those that take requests whose cost grows with the data (at most
+    /// `workers`).
+    pub heavy_workers: usize,
     pub queue_depth_max: usize,
     pub connections_max: usize,
     /// Open connections from one client address (IPv6: one /64).
@@ -363,6 +367,14 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     let h = &raw.http;
     let listen = socket_addr("http.listen", h.listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
     let workers = bounded("http.workers", h.workers, limits::HTTP_WORKERS_DEFAULT, 1, limits::HTTP_WORKERS_CEILING)?;
+    let heavy_workers = bounded(
+        "http.heavy_workers",
+        h.heavy_workers,
+        limits::HTTP_HEAVY_WORKERS_DEFAULT,
+        1,
+        limits::HTTP_WORKERS_CEILING,
+    )?
+    .min(workers);
     let queue_depth_max = bounded(
         "http.queue_depth_max",
         h.queue_depth_max,
@@ -671,6 +683,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
         http: HttpConfig {
             listen,
             workers,
+            heavy_workers,
             queue_depth_max,
             connections_max,
             connections_per_address_max,
@@ -727,6 +740,7 @@ impl Config {
             http: RawHttp {
                 listen: Some(self.http.listen.to_string()),
                 workers: Some(self.http.workers),
+                heavy_workers: Some(self.http.heavy_workers),
                 queue_depth_max: Some(self.http.queue_depth_max),
                 connections_max: Some(self.http.connections_max),
                 connections_per_address_max: Some(self.http.connections_per_address_max),

@@ -16,6 +16,12 @@ pub const HTTP_BODY_BYTES_MAX_CEILING: usize = 64 * 1024 * 1024;
 pub const HTTP_WORKERS_DEFAULT: usize = 16;
 pub const HTTP_WORKERS_CEILING: usize = 64;
 
+/// Of the workers, how many take requests whose cost grows with the data (lists, searches,
+/// reports, exports, batches; `[http] heavy_workers`); the others take only requests of one
+/// item, so those are not queued behind expensive ones. More than the cores adds no speed to
+/// expensive requests, and each may hold up to `REPLY_DATA_BYTES_MAX` of answer.
+pub const HTTP_HEAVY_WORKERS_DEFAULT: usize = 4;
+
 /// Largest multipart/form-data body (a file upload) (`[http] upload_bytes_max`).
 pub const HTTP_UPLOAD_BYTES_MAX_DEFAULT: usize = 16 * 1024 * 1024;
 pub const HTTP_UPLOAD_BYTES_MAX_CEILING: usize = 256 * 1024 * 1024;

@@ -208,7 +208,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let tls_addr = tls_listener.as_ref().map(|(_, addr, _)| *addr);
 
     let pool = Arc::new(
-        Pool::start(Arc::clone(&app), config.http.workers, config.http.queue_depth_max)
+        Pool::start(Arc::clone(&app), config.http.workers, config.http.heavy_workers, config.http.queue_depth_max)
             .map_err(|e| ServeError::Io(format!("cannot start workers: {e}")))?,
     );
     let shared = Arc::new(http::Shared::new(

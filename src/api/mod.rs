@@ -655,6 +655,31 @@ fn is_id(s: &str) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// Whether a request's cost grows with the data rather than being that of one item: lists,
+/// searches, reports, exports, downloads, batches, and any path not known to name one item.
+/// The worker pool runs at most `[http] heavy_workers` of these at once, so a show, a create or
+/// a change finds a worker however many of them wait.
+pub fn is_heavy(method: &Method, path: &str) -> bool {
+    let one_item = match segments(path).as_slice() {
+        [] | ["health" | "metrics" | "openapi.json"] | ["status", "page.js" | "page.css"] => true,
+        ["_fault", "panic" | "hold"] => true,
+        ["hooks" | "devices"] => *method == Method::POST,
+        ["hooks" | "devices", id] => is_id(id),
+        ["alerts", id, "ack"] => is_id(id),
+        ["hooks", id, "deliveries", delivery, "retry"] => is_id(id) && is_id(delivery),
+        [segment, rest @ ..] if RecordType::from_segment(segment).is_some() => match rest {
+            [] => *method == Method::POST,
+            ["fields" | "categories"] => true,
+            [id] | [id, "restore"] if is_id(id) => true,
+            [activity] => ActivityType::from_segment(activity).is_some(),
+            [activity, id] | [activity, id, "restore"] => ActivityType::from_segment(activity).is_some() && is_id(id),
+            _ => false,
+        },
+        _ => false,
+    };
+    !one_item
+}
+
 /// `segs`: the path's [`segments`].
 fn route(ctx: &Ctx<'_>, method: &Method, path: &str, segs: &[&str]) -> Result<Answer, ApiError> {
     let page = match segs {
@@ -946,4 +971,52 @@ fn quota_text(used: impl itoa::Integer, allowed: impl itoa::Integer) -> String {
     text.push('/');
     text.push_str(itoa::Buffer::new().format(allowed));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_of_one_item_and_expensive_ones_are_told_apart() {
+        let one_item = [
+            (Method::GET, "/contacts/131"),
+            (Method::GET, "/contacts/131/"),
+            (Method::PUT, "/companies/7"),
+            (Method::DELETE, "/projectblogs/7"),
+            (Method::POST, "/contacts"),
+            (Method::POST, "/contacts/note"),
+            (Method::PUT, "/contacts/note/5"),
+            (Method::POST, "/contacts/131/restore"),
+            (Method::GET, "/contacts/fields"),
+            (Method::POST, "/hooks"),
+            (Method::PUT, "/devices/3"),
+            (Method::POST, "/alerts/9/ack"),
+            (Method::GET, "/health"),
+            (Method::GET, "/metrics"),
+        ];
+        for (method, path) in one_item {
+            assert!(!is_heavy(&method, path), "{method} {path}");
+        }
+        let heavy = [
+            (Method::GET, "/contacts"),
+            (Method::GET, "/contacts?byphone=555"),
+            (Method::GET, "/report/activities"),
+            (Method::POST, "/report/timebyzone"),
+            (Method::GET, "/locate"),
+            (Method::POST, "/batch"),
+            (Method::GET, "/ownership"),
+            (Method::GET, "/hooks"),
+            (Method::GET, "/hooks/4/deliveries"),
+            (Method::GET, "/devices"),
+            (Method::GET, "/contacts/131/locations"),
+            (Method::DELETE, "/contacts/131/locations"),
+            (Method::GET, "/contacts/attachment/5/file"),
+            (Method::GET, "/status/snapshot"),
+            (Method::GET, "/no/such/path"),
+        ];
+        for (method, path) in heavy {
+            assert!(is_heavy(&method, path), "{method} {path}");
+        }
+    }
 }

@@ -1,10 +1,17 @@
 //! The bounded worker pool that runs API handlers (which block on SQLite) off the async
-//! runtime. `workers` named threads take jobs from one queue of `queue_depth_max` places;
-//! when the queue is full the request is answered 503 at once.
+//! runtime. `workers` named threads take jobs from two lanes: requests of one item (a show,
+//! a create, a change) and requests whose cost grows with the data (lists, searches, reports,
+//! exports, batches: [`api::is_heavy`]). At most `heavy_workers` threads take the heavy lane,
+//! and they take it first; the rest take only requests of one item, so those find a worker
+//! however many expensive requests are waiting. At most `queue_depth_max` requests wait, in
+//! both lanes together; beyond, a request is answered 503 at once.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use tokio::sync::oneshot;
 
 use crate::api::{self, App};
@@ -14,9 +21,17 @@ struct Job {
     reply: oneshot::Sender<api::Response>,
 }
 
+struct Lanes {
+    quick: Sender<Job>,
+    heavy: Sender<Job>,
+}
+
 pub struct Pool {
     /// `None` once shut down: no more jobs are taken.
-    tx: Mutex<Option<crossbeam_channel::Sender<Job>>>,
+    lanes: Mutex<Option<Lanes>>,
+    /// Requests waiting in both lanes.
+    waiting: Arc<AtomicUsize>,
+    queue_depth_max: usize,
     threads: Mutex<Vec<JoinHandle<()>>>,
     metrics: Arc<crate::metrics::Metrics>,
 }
@@ -24,40 +39,84 @@ pub struct Pool {
 /// The queue is full (or the pool is stopping): the request was not queued, and is given back.
 pub struct Refused(pub Box<api::Request>);
 
+/// What a worker found when it looked for work. Returned once per job and moved at once: a
+/// box would cost an allocation per request for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Job(Job),
+    /// Nothing arrived within the idle time asked for.
+    Idle,
+    /// The pool is stopping and every lane it takes is empty.
+    Closed,
+}
+
+/// The next job from `lanes`, tried in their order; waits for one (at most `idle`, if given).
+fn next_job(lanes: &[&Receiver<Job>], idle: Option<Duration>) -> Next {
+    loop {
+        let mut open = 0;
+        for rx in lanes {
+            match rx.try_recv() {
+                Ok(job) => return Next::Job(job),
+                Err(TryRecvError::Empty) => open += 1,
+                Err(TryRecvError::Disconnected) => {}
+            }
+        }
+        if open == 0 {
+            return Next::Closed;
+        }
+        let mut select = Select::new();
+        for rx in lanes {
+            select.recv(rx);
+        }
+        // A lane is ready (or closed); another worker may take its job first, so look again
+        // in the lanes' order.
+        match idle {
+            Some(idle) => {
+                if select.ready_timeout(idle).is_err() {
+                    return Next::Idle;
+                }
+            }
+            None => {
+                select.ready();
+            }
+        }
+    }
+}
+
 impl Pool {
-    pub fn start(app: Arc<App>, workers: usize, queue_depth_max: usize) -> std::io::Result<Pool> {
-        let (tx, rx) = crossbeam_channel::bounded::<Job>(queue_depth_max);
+    /// `heavy_workers` of the `workers` take the heavy lane (all of them if it is not less).
+    pub fn start(app: Arc<App>, workers: usize, heavy_workers: usize, queue_depth_max: usize) -> std::io::Result<Pool> {
+        // Each lane could take them all; `waiting` keeps the two together within the bound.
+        let (quick_tx, quick_rx) = crossbeam_channel::bounded::<Job>(queue_depth_max);
+        let (heavy_tx, heavy_rx) = crossbeam_channel::bounded::<Job>(queue_depth_max);
+        let waiting = Arc::new(AtomicUsize::new(0));
         let mut threads = Vec::with_capacity(workers);
         for i in 0..workers {
-            let rx = rx.clone();
+            let takes_heavy = i < heavy_workers;
+            let (quick_rx, heavy_rx) = (quick_rx.clone(), heavy_rx.clone());
             let app = Arc::clone(&app);
+            let waiting = Arc::clone(&waiting);
             let handle = std::thread::Builder::new().name(format!("http-worker-{i}")).spawn(move || {
+                // The heavy lane first: only these workers take it, so it is not left behind
+                // requests of one item that the other workers take too.
+                let lanes: Vec<&Receiver<Job>> = if takes_heavy { vec![&heavy_rx, &quick_rx] } else { vec![&quick_rx] };
                 // Whether this worker made a large answer since it last gave memory back.
                 let mut release_pending = false;
                 loop {
-                    let job = match rx.try_recv() {
-                        Ok(job) => job,
-                        Err(crossbeam_channel::TryRecvError::Disconnected) => break,
-                        // Idle for a while after a large answer: its memory goes back to the
-                        // system (busy, the worker reuses it; giving back costs milliseconds).
-                        Err(crossbeam_channel::TryRecvError::Empty) if release_pending => {
-                            let idle = std::time::Duration::from_millis(crate::limits::WORKER_RELEASE_IDLE_MS);
-                            match rx.recv_timeout(idle) {
-                                Ok(job) => job,
-                                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                                    release_pending = false;
-                                    crate::release_freed_memory();
-                                    continue;
-                                }
-                                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-                            }
+                    // Idle for a while after a large answer: its memory goes back to the
+                    // system (busy, the worker reuses it; giving back costs milliseconds).
+                    let idle = release_pending.then(|| Duration::from_millis(crate::limits::WORKER_RELEASE_IDLE_MS));
+                    let job = match next_job(&lanes, idle) {
+                        Next::Job(job) => job,
+                        Next::Idle => {
+                            release_pending = false;
+                            crate::release_freed_memory();
+                            continue;
                         }
-                        Err(crossbeam_channel::TryRecvError::Empty) => match rx.recv() {
-                            Ok(job) => job,
-                            Err(_) => break,
-                        },
+                        Next::Closed => break,
                     };
-                    app.metrics.queue_depth.set(rx.len() as i64);
+                    let left = waiting.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+                    app.metrics.queue_depth.set(left as i64);
                     // A read whose client went away while it waited is not run (a client that
                     // gave up and asks again would otherwise cost the work twice).
                     if job.req.method == http::Method::GET && job.reply.is_closed() {
@@ -83,30 +142,55 @@ impl Pool {
             })?;
             threads.push(handle);
         }
-        Ok(Pool { tx: Mutex::new(Some(tx)), threads: Mutex::new(threads), metrics: Arc::clone(&app.metrics) })
+        Ok(Pool {
+            lanes: Mutex::new(Some(Lanes { quick: quick_tx, heavy: heavy_tx })),
+            waiting,
+            queue_depth_max,
+            threads: Mutex::new(threads),
+            metrics: Arc::clone(&app.metrics),
+        })
     }
 
-    /// Queues a request; the receiver yields its response.
+    /// Queues a request in its lane; the receiver yields its response.
     pub fn submit(&self, req: api::Request) -> Result<oneshot::Receiver<api::Response>, Refused> {
         let (reply, rx) = oneshot::channel();
-        let Some(tx) = self.tx.lock().unwrap_or_else(PoisonError::into_inner).clone() else {
-            return Err(Refused(Box::new(req)));
+        let heavy = api::is_heavy(&req.method, &req.path);
+        let tx = {
+            let lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+            match lanes.as_ref() {
+                Some(lanes) => {
+                    if heavy {
+                        lanes.heavy.clone()
+                    } else {
+                        lanes.quick.clone()
+                    }
+                }
+                None => return Err(Refused(Box::new(req))),
+            }
         };
-        match tx.try_send(Job { req, reply }) {
-            Ok(()) => {
-                self.metrics.queue_depth.set(tx.len() as i64);
-                Ok(rx)
-            }
-            Err(e) => {
-                self.metrics.rejected_busy.inc();
-                Err(Refused(Box::new(e.into_inner().req)))
-            }
-        }
+        let admitted = self
+            .waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.queue_depth_max).then_some(n + 1));
+        let refused = match admitted {
+            Ok(n) => match tx.try_send(Job { req, reply }) {
+                Ok(()) => {
+                    self.metrics.queue_depth.set(n as i64 + 1);
+                    return Ok(rx);
+                }
+                Err(e) => {
+                    self.waiting.fetch_sub(1, Ordering::Relaxed);
+                    e.into_inner().req
+                }
+            },
+            Err(_) => req,
+        };
+        self.metrics.rejected_busy.inc();
+        Err(Refused(Box::new(refused)))
     }
 
     /// Stops taking jobs, lets the queued ones finish, and joins the workers.
     pub fn shutdown(&self) {
-        drop(self.tx.lock().unwrap_or_else(PoisonError::into_inner).take());
+        drop(self.lanes.lock().unwrap_or_else(PoisonError::into_inner).take());
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
         for t in threads {
             let _ = t.join();

@@ -417,3 +417,42 @@ fn reads_stop_when_their_client_goes_away() {
     }
     c.get_json("/contacts").assert_status(200);
 }
+
+/// Requests of one item are not queued behind expensive ones: with the one worker that takes
+/// expensive requests held by a read and another such read waiting, a show and a create are
+/// answered at once by the other worker, and the waiting read runs after the first. With one
+/// queue for all, both workers were held and the show waited for the reads' end.
+#[test]
+fn requests_of_one_item_pass_expensive_ones() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 2\nheavy_workers = 1\nread_time_max_ms = 5000");
+    let s = Service::start_with(
+        "requests_of_one_item_pass_expensive_ones",
+        Options { config: &config, env: vec![("SITEGATE_FAULT_INJECTION", "1")] },
+    );
+    let c = s.admin_client();
+    let id = c.post_json("/contacts", r#"{"firstname": "Ada"}"#).json()["item"]["id"].as_i64().unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let slow = || {
+        let (c, done) = (s.admin_client(), std::sync::Arc::clone(&done));
+        let held = std::thread::spawn(move || {
+            let r = c.get_json("/_fault/slowread");
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        held
+    };
+    let held = [slow(), slow()];
+    let shown = c.get_json(&format!("/contacts/{id}"));
+    let made = c.post_json("/contacts", r#"{"firstname": "Grace"}"#);
+    let done_then = done.load(std::sync::atomic::Ordering::SeqCst);
+    shown.assert_status(200);
+    made.assert_status(201);
+    assert_eq!(done_then, 0, "the show and the create waited for the expensive reads");
+    // Both expensive reads ran, one after the other, each to its own time limit.
+    for h in held {
+        let r = h.join().unwrap();
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(r.body.contains("longer than 5000 ms"), "{}", r.body);
+    }
+}
