@@ -460,12 +460,15 @@ impl Store {
             conditions[0] = if indexed { "+i.org = :org" } else { "i.org = :org" }.to_string();
             let where_sql = conditions.join(" AND ");
 
-            let count: i64 = {
+            let count_matches = |where_sql: &str, params: &[(&'static str, Value)]| -> Result<i64> {
                 let sql = format!("SELECT count(*) FROM items i WHERE {where_sql}");
                 let mut stmt = tx.prepare_cached(&sql)?;
-                let bound = bind(&stmt, &params);
-                stmt.query_row(bound.as_slice(), |r| r.get(0))?
+                let bound = bind(&stmt, params);
+                Ok(stmt.query_row(bound.as_slice(), |r| r.get(0))?)
             };
+            // Counted before the page only where the count chooses how to read it.
+            let name_walk = indexed && q.sort == SortField::Name;
+            let counted = if name_walk { Some(count_matches(&where_sql, &params)?) } else { None };
 
             let dir = if q.descending { "DESC" } else { "ASC" };
             let order = match q.sort {
@@ -476,11 +479,11 @@ impl Store {
             };
             // The page: from the ids and sorted, unless there are many matches and they are
             // wanted in name order, which `items_records` walks with no sort and stops early.
-            let where_sql = if indexed && q.sort == SortField::Name && count > INDEXED_SORT_MATCHES_MAX {
+            let page_where_sql = if counted.is_some_and(|count| count > INDEXED_SORT_MATCHES_MAX) {
                 conditions[0] = "i.org = :org".to_string();
                 conditions.join(" AND ")
             } else {
-                where_sql
+                where_sql.clone()
             };
             let company_visible = visible(viewer, "c");
             // The page's ids first, sorted by their keys alone; then its rows with their
@@ -494,7 +497,7 @@ impl Store {
                     (SELECT r.related FROM relations r JOIN items c ON c.id = r.related
                       WHERE r.item = i.id AND c.typeid = {COMPANY_TYPEID} AND c.archived IS NULL AND {company_visible}
                       ORDER BY r.id LIMIT 1)
-                 FROM (SELECT i.id FROM items i WHERE {where_sql} ORDER BY {order} LIMIT :limit OFFSET :start) AS page
+                 FROM (SELECT i.id FROM items i WHERE {page_where_sql} ORDER BY {order} LIMIT :limit OFFSET :start) AS page
                       JOIN items i ON i.id = page.id {AUDIT_JOINS}
                  ORDER BY {order}"
             );
@@ -512,6 +515,10 @@ impl Store {
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
+            let count = match counted {
+                Some(count) => u64::try_from(count).unwrap_or(0),
+                None => matches_total(q.start, q.limit, entries.len(), || count_matches(&where_sql, &params))?,
+            };
             if q.with_categories && !entries.is_empty() {
                 let ids: Vec<i64> = entries.iter().map(|e| e.record.id).collect();
                 let mut by_item = categories_of(tx, &ids)?;
@@ -519,7 +526,7 @@ impl Store {
                     e.categories = by_item.remove(&e.record.id).unwrap_or_default();
                 }
             }
-            Ok((entries, u64::try_from(count).unwrap_or(0)))
+            Ok((entries, count))
         })?;
         for e in &mut entries {
             e.record.viewed = self.viewed_overlay(e.record.id, e.record.viewed);
@@ -588,6 +595,18 @@ impl Store {
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
+}
+
+/// The number of matches of a query whose page of at most `limit` from `start` had `rows`
+/// rows: a page short of its limit, and not past the end, ends the matches, so they are
+/// counted (again, over all of them) only otherwise. A filter that reads every record read
+/// them twice for every list, once for the page and once for the count.
+pub(super) fn matches_total(start: u64, limit: u32, rows: usize, count: impl FnOnce() -> Result<i64>) -> Result<u64> {
+    let rows = rows as u64;
+    if rows < u64::from(limit) && (rows > 0 || start == 0) {
+        return Ok(start.saturating_add(rows));
+    }
+    Ok(u64::try_from(count()?).unwrap_or(0))
 }
 
 /// Binds the named parameters the statement actually uses.

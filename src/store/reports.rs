@@ -8,7 +8,7 @@ use rusqlite::ToSql;
 use rusqlite::types::Value;
 
 use super::principals::owner_ids_json;
-use super::records::{AUDIT_JOINS, RECORD_COLUMNS, RecordRow, bind, record_from_row};
+use super::records::{AUDIT_JOINS, RECORD_COLUMNS, RecordRow, bind, matches_total, record_from_row};
 use super::{Result, Store, answer_fields, json_ids};
 use crate::model::{FieldValues, Viewer};
 
@@ -207,12 +207,6 @@ impl Store {
                 cond.push("(a.due IS NOT NULL OR a.typeid NOT IN (SELECT value FROM json_each(:dated)))".into());
             }
             let where_sql = cond.join(" AND ");
-            let count: i64 = {
-                let sql = format!("SELECT count(*) FROM items a JOIN items r ON r.id = a.record_id WHERE {where_sql}");
-                let mut stmt = tx.prepare_cached(&sql)?;
-                let bound = bind(&stmt, &params);
-                stmt.query_row(bound.as_slice(), |r| r.get(0))?
-            };
             let order = match q.order {
                 ReportOrder::Date => "a.due IS NULL, a.due, a.id",
                 // `updated` is never before `created`: the latest change first.
@@ -262,7 +256,13 @@ impl Store {
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok((rows, u64::try_from(count).unwrap_or(0)))
+            let count = matches_total(q.start, q.limit, rows.len(), || {
+                let sql = format!("SELECT count(*) FROM items a JOIN items r ON r.id = a.record_id WHERE {where_sql}");
+                let mut stmt = tx.prepare_cached(&sql)?;
+                let bound = bind(&stmt, &params);
+                Ok(stmt.query_row(bound.as_slice(), |r| r.get(0))?)
+            })?;
+            Ok((rows, count))
         })
     }
 

@@ -193,6 +193,19 @@ fn sorting_and_paging() {
     assert_eq!(names(&c, "limit=2&start=6"), Vec::<String>::new());
     assert_eq!(c.get_json("/contacts?limit=0").json()["count"], 6);
     assert_eq!(names(&c, "limit=5000").len(), 6);
+    // The total whatever the page: full, short, empty, past the end, of none (with a filter too:
+    // the count is taken from a short page, else counted).
+    for (query, total) in [("", 6usize), ("searchmode=Sany&searchvalue=Cat", 2)] {
+        for start in 0..=8usize {
+            for limit in 0..=7usize {
+                let path = format!("/contacts?{query}&limit={limit}&start={start}");
+                let r = c.get_json(&path).json();
+                assert_eq!(r["count"], total, "{path}");
+                let rows = r.as_object().unwrap().keys().filter(|k| k.parse::<i64>().is_ok()).count();
+                assert_eq!(rows, limit.min(total.saturating_sub(start)), "{path}");
+            }
+        }
+    }
     // A blank body parameter is one left out: the query's value stands; a given one wins.
     let page = |body: &str| -> usize {
         let r = c.call(Req::new("GET", "/contacts?limit=2").json_body(body).json());

@@ -419,6 +419,13 @@ fn an_answer_too_large_is_refused_before_it_is_read() {
     let all = c.get_json(path);
     assert_eq!(all.status, 200);
     assert_eq!(all.json()["count"], 250);
+    // The total whatever the page: full, short, empty, past the end, of none.
+    for (start, limit) in [(0, 10), (240, 10), (245, 10), (249, 1), (250, 10), (300, 10), (0, 0), (7, 0)] {
+        let page = c.get_json(&format!("{path}&offset={start}&limit={limit}")).json();
+        assert_eq!(page["count"], 250, "start {start} limit {limit}");
+        let rows = page["followups"].as_array().map_or(0, Vec::len);
+        assert_eq!(rows, limit.min(250usize.saturating_sub(start)), "start {start} limit {limit}");
+    }
 
     // In a batch: the part is refused, the rest runs.
     let part = |target: &str| {
