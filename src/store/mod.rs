@@ -985,6 +985,93 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A field's index is filled in steps of a few items, each its own write; records made,
+    /// changed and emptied between the steps, before and after the point reached, end up
+    /// keyed as they are, as if the index had been filled at once.
+    #[test]
+    fn a_field_index_filled_in_steps_keeps_up_with_writes_between_them() {
+        let dir = std::env::temp_dir().join(format!("sitegate-field-steps-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        let fields = |v: &str| {
+            let mut f = FieldValues::new();
+            f.insert("jobtitle".into(), v.into());
+            f
+        };
+        // Made, changed and emptied as the records API does: the item and its index rows.
+        let make = |store: &Store, v: &str| -> i64 {
+            store
+                .write(|tx| {
+                    tx.execute(
+                        "INSERT INTO items (org, typeid, parent, ownership, name, fields, created, updated, creator, modificator)
+                         VALUES ('o', 1, NULL, 1, 'x', ?1, 0, 0, 1, 1)",
+                        [fields_json(&fields(v))],
+                    )?;
+                    let id = tx.last_insert_rowid();
+                    index_fields(tx, id, &FieldValues::new(), &fields(v))?;
+                    Ok(id)
+                })
+                .unwrap()
+        };
+        let change = |store: &Store, id: i64, from: &str, to: &str| {
+            let new = if to.is_empty() { FieldValues::new() } else { fields(to) };
+            store
+                .write(|tx| {
+                    tx.execute("UPDATE items SET fields = ?2 WHERE id = ?1", (id, fields_json(&new)))?;
+                    index_fields(tx, id, &fields(from), &new)
+                })
+                .unwrap();
+        };
+        store
+            .write(|tx| {
+                Ok(tx.execute_batch(
+                    "INSERT INTO organizations (id, name) VALUES ('o', 'O');
+                     INSERT INTO principals (org, kind, name, created) VALUES ('o', 1, 'A', 0);",
+                )?)
+            })
+            .unwrap();
+        let ids: Vec<i64> = (0..9).map(|i| make(&store, &format!("Title {i}"))).collect();
+        let keyed = |store: &Store| -> Vec<(String, i64)> {
+            store
+                .read(|tx| {
+                    let mut stmt =
+                        tx.prepare("SELECT value, item FROM field_values WHERE field = 'jobtitle' ORDER BY item")?;
+                    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    Ok(rows.collect::<rusqlite::Result<_>>()?)
+                })
+                .unwrap()
+        };
+        // The first step only, as a request that stopped after it would leave it.
+        store
+            .write(|tx| Ok(tx.exec("INSERT INTO indexed_fields (field, filled_to) VALUES ('jobtitle', 0)", [])?))
+            .unwrap();
+        assert!(!store.fill_field_step("jobtitle", 4).unwrap());
+        assert_eq!(keyed(&store).len(), 4);
+        change(&store, ids[1], "Title 1", "Boss");
+        change(&store, ids[2], "Title 2", "");
+        change(&store, ids[6], "Title 6", "Chief");
+        change(&store, ids[7], "Title 7", "");
+        let late = make(&store, "Late");
+        // The rest, as the next search on the field does.
+        store.index_field_in_steps("jobtitle", 4).unwrap();
+        let filled: Option<i64> =
+            store.read(|tx| Ok(tx.query_row("SELECT filled_to FROM indexed_fields", [], |r| r.get(0))?)).unwrap();
+        assert_eq!(filled, None, "filled");
+        let mut expected: Vec<(String, i64)> = ids
+            .iter()
+            .enumerate()
+            .filter_map(|(i, id)| match i {
+                1 => Some(("boss".to_string(), *id)),
+                6 => Some(("chief".to_string(), *id)),
+                2 | 7 => None,
+                _ => Some((format!("title {i}"), *id)),
+            })
+            .collect();
+        expected.push(("late".into(), late));
+        assert_eq!(keyed(&store), expected);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Many threads write at once: writes share batches (fewer commits than writes), a write
     /// that fails or panics leaves the others of its batch committed, and each write that
     /// returned Ok is in the database.

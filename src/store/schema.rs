@@ -340,4 +340,9 @@ UPDATE alerts SET
     deviceaddress = coalesce((SELECT d.deviceaddress FROM devices d WHERE d.id = alerts.device_id), ''),
     deviceid = coalesce((SELECT d.deviceid FROM devices d WHERE d.id = alerts.device_id), '');
 "#,
+    // 11: a field's index is filled in steps (`Store::index_field`): `filled_to` is the item
+    // id up to which it holds the records there were; NULL once it holds them all.
+    r#"
+ALTER TABLE indexed_fields ADD COLUMN filled_to INTEGER;
+"#,
 ];
