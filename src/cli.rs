@@ -455,7 +455,7 @@ pub struct UserEnable {
 }
 
 #[derive(FromArgs, Debug)]
-/// Delete a user: refused at login, left out of GET /users unless deleted=1 (`user list`
+/// Delete a user: refused at login, left out of GET /ownership unless deleted=1 (`user list`
 /// flags it); records keep their owner.
 #[argh(subcommand, name = "delete")]
 pub struct UserDelete {
@@ -539,7 +539,7 @@ pub struct GroupList {
 }
 
 #[derive(FromArgs, Debug)]
-/// Delete a group (left out of GET /groups unless deleted=1; records keep their owner).
+/// Delete a group (left out of GET /ownership unless deleted=1; records keep their owner).
 #[argh(subcommand, name = "delete")]
 pub struct GroupDelete {
     /// configuration file

@@ -286,8 +286,16 @@ fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// Parses config.toml text; the error names the offending key where toml tells it.
 pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
     toml::from_str::<RawConfig>(text).map_err(|err| {
-        let message = err.message().to_string();
         let key = key_at(text, err.span());
+        let message = match err.span() {
+            Some(span) => {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!("line {line}, column {column}: {}", err.message())
+            }
+            None => err.message().to_string(),
+        };
         ConfigError::new(key, message)
     })
 }
@@ -319,6 +327,10 @@ fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
             && !trimmed.starts_with('#')
         {
             key = name.trim().to_string();
+        } else if start < line_end {
+            // A line that is neither a table nor a key (a syntax error): the key before it
+            // is not the one at fault.
+            key.clear();
         }
         if start < line_end {
             if trimmed.starts_with('[') {
@@ -367,14 +379,10 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     let h = &raw.http;
     let listen = socket_addr("http.listen", h.listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
     let workers = bounded("http.workers", h.workers, limits::HTTP_WORKERS_DEFAULT, 1, limits::HTTP_WORKERS_CEILING)?;
-    let heavy_workers = bounded(
-        "http.heavy_workers",
-        h.heavy_workers,
-        limits::HTTP_HEAVY_WORKERS_DEFAULT,
-        1,
-        limits::HTTP_WORKERS_CEILING,
-    )?
-    .min(workers);
+    // Left out, at most all the workers (a site of one or two workers has none kept for
+    // requests of one item); set, within them.
+    let heavy_workers =
+        bounded("http.heavy_workers", h.heavy_workers, limits::HTTP_HEAVY_WORKERS_DEFAULT.min(workers), 1, workers)?;
     let queue_depth_max = bounded(
         "http.queue_depth_max",
         h.queue_depth_max,
@@ -901,6 +909,27 @@ mod tests {
         check_err("[[fields]]\nid = 1001\nlabel = \"x\"\ntype = \"select\"\n", "fields[0].options");
         check_err("[http]\ntls_cert = \"a.pem\"\n", "http.tls_key");
         check_err("[api]\nquota_calls_per_hour = 0\n", "api.quota_calls_per_hour");
+        check_err("[http]\nheavy_workers = 17\n", "http.heavy_workers");
+        check_err("[http]\nworkers = 2\nheavy_workers = 3\n", "http.heavy_workers");
+    }
+
+    /// A syntax error is placed by line and column, and blames no key it is not on.
+    #[test]
+    fn syntax_errors_say_where() {
+        let err = parse("[http]\nworkers = 4\n\noops\n[store]\n").unwrap_err();
+        assert_eq!(err.key, "http", "{err}");
+        assert!(err.message.starts_with("line 4, column "), "{err}");
+        let err = parse("[http]\nworkers = \"x\"\n").unwrap_err();
+        assert_eq!(err.key, "http.workers", "{err}");
+        assert!(err.message.starts_with("line 2, column 11: "), "{err}");
+    }
+
+    #[test]
+    fn heavy_workers_left_out_are_at_most_the_workers() {
+        let c = resolve(parse("[http]\nworkers = 2\n").unwrap(), None).unwrap();
+        assert_eq!(c.http.heavy_workers, 2);
+        let c = resolve(parse("[http]\nworkers = 16\n").unwrap(), None).unwrap();
+        assert_eq!(c.http.heavy_workers, crate::limits::HTTP_HEAVY_WORKERS_DEFAULT);
     }
 
     #[test]

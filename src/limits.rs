@@ -40,9 +40,20 @@ pub const BATCH_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// too once its client has gone. A worker is not held for minutes by one request, nor by one
 /// nobody waits for any more.
 pub const HTTP_READ_TIME_MAX_MS_DEFAULT: u64 = 30_000;
+/// While the database opens at `serve` (migrations and their backup), systemd is asked every
+/// so often for more start time than the unit's `TimeoutStartSec`, up to a bound.
+pub const SYSTEMD_START_EXTEND_EVERY_MS: u64 = 20_000;
+pub const SYSTEMD_START_EXTEND_BY_MS: u64 = 60_000;
+pub const SYSTEMD_START_EXTEND_MAX_MS: u64 = 6 * 60 * 60 * 1000;
+
+/// Mistakes of a device list's lines named at once (`sitegate device import`).
+pub const DEVICE_IMPORT_ERRORS_SHOWN_MAX: usize = 50;
+
 /// Items a field's index is filled with in one write, when a "starts with" search on the
 /// field is first made (other writes go between two such writes; 5,000 contacts: about 80 ms).
 pub const STORE_FIELD_INDEX_FILL_ITEMS: i64 = 5_000;
+/// The pause between two such writes, for the writes waiting to take the writer.
+pub const STORE_FIELD_INDEX_FILL_PAUSE_MS: u64 = 2;
 /// Steps of an SQLite statement between two looks at whether its request's reads should stop.
 pub const STORE_PROGRESS_OPS: i32 = 10_000;
 /// A worker that read or answered more than this many bytes for one request gives the memory

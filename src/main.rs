@@ -102,6 +102,9 @@ fn main() -> ExitCode {
         Ok(()) => return ExitCode::SUCCESS,
         Err(Failure::Config(e)) => (format!("configuration error: {e}"), EX_CONFIG),
         Err(Failure::Usage(m)) => (m, EX_USAGE),
+        // The database cannot be used as it is: starting again would fail the same way.
+        Err(Failure::Store(e @ StoreError::Unusable(_)))
+        | Err(Failure::Serve(service::ServeError::Store(e @ StoreError::Unusable(_)))) => (e.to_string(), EX_DATAERR),
         Err(Failure::Store(e)) => (e.to_string(), 1),
         Err(Failure::Serve(e)) => (e.to_string(), 1),
         Err(Failure::Data(m)) => (m, EX_DATAERR),
@@ -161,6 +164,9 @@ fn init_logging(level: log::LevelFilter) {
     // A session's refused subscriptions (too many, a bad filter) are the client's mistakes,
     // answered in its SUBACK: one line each would let one packet write thousands.
     builder.filter_module("rmqtt::session", level.min(log::LevelFilter::Error));
+    // rustls warns of what clients send (an IP address as the server name, from every client
+    // that connects by address, as the docs advise); the handshake's failure is what matters.
+    builder.filter_module("rustls", level.min(log::LevelFilter::Error));
     // Under systemd the journal stamps each line and reads its priority from a `<N>` prefix
     // (sd-daemon(3)); on a terminal, lines carry their UTC time and level.
     let journal = systemd::logging_to_journal();
@@ -245,7 +251,20 @@ fn open_admin(path: Option<&std::path::Path>) -> Result<(Config, std::sync::Arc<
 
 fn open_config(config: Config) -> Result<(Config, std::sync::Arc<store::Store>), Failure> {
     init_logging(log::LevelFilter::Warn);
+    let new = !config.store.path.exists();
     let store = service::open_store_current(&config)?;
+    if new {
+        // Said, so that a command run in the wrong folder (without --config) does not seem
+        // to change the site while it made a database of its own.
+        eprintln!(
+            "sitegate: made a new database at {} ({})",
+            config.store.path.display(),
+            config.source.as_ref().map_or(
+                "built-in defaults: no --config given, no ./config.toml".to_string(),
+                |p| format!("from {}", p.display())
+            )
+        );
+    }
     Ok((config, store))
 }
 
@@ -292,6 +311,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Backup(b) => {
             let config = load(b.config.as_deref())?;
             init_logging(log::LevelFilter::Warn);
+            no_database(&config)?;
             let copied = store::backup(&config.store.path, &b.out).map_err(usage)?;
             println!("backed up {} ({} bytes, schema {})", copied.path.display(), copied.bytes, copied.schema_version);
             Ok(())
@@ -488,9 +508,10 @@ fn run_replay(r: cli::Replay) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     if r.store {
         let _lock = service::InstanceLock::acquire(&config.store.path).map_err(|e| match e {
-            service::ServeError::AlreadyRunning(_) => {
-                Failure::Usage("the service is running on this database: stop it before replaying into it".into())
-            }
+            // As for `restore`: a state of the machine, not a mistake in the command line.
+            service::ServeError::AlreadyRunning(_) => Failure::Serve(service::ServeError::Io(
+                "the service is running on this database: stop it before replaying into it".into(),
+            )),
             other => Failure::Serve(other),
         })?;
         let store = store.ok_or_else(|| Failure::Usage("no database".into()))?;
@@ -552,14 +573,18 @@ fn run_device(command: cli::DeviceCommand) -> Result<(), Failure> {
             let org = org_of(&config, i.org.as_deref())?;
             let file = std::fs::File::open(&i.file)
                 .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", i.file.display())))?;
-            let devices = read_csv(file).map_err(|e| Failure::Data(format!("{}: {e}", i.file.display())))?;
-            if let Some(t) = devices.iter().filter_map(|d| d.tagtype).find(|t| config.site_map.tag_type(*t).is_none()) {
-                return Err(Failure::Data(format!("{}: {t} is not a tag type of the site map", i.file.display())));
-            }
-            let n = store.import_devices(&org, &devices).map_err(|e| match e {
-                StoreError::Duplicate(m) | StoreError::BadReference(m) => {
-                    Failure::Data(format!("{}: {m}; nothing imported", i.file.display()))
+            let refused = |lines: String| {
+                Failure::Data(format!("{}: nothing imported; lines that cannot be:\n{lines}", i.file.display()))
+            };
+            let devices = read_csv(file).map_err(refused)?;
+            let known_tag_type = |d: &Device| match d.tagtype {
+                Some(t) if config.site_map.tag_type(t).is_none() => {
+                    Err(format!("tagtype {t} is not a tag type of the site map"))
                 }
+                _ => Ok(()),
+            };
+            let n = store.import_devices(&org, &devices, known_tag_type).map_err(|e| match e {
+                StoreError::BadReference(m) => refused(m),
                 other => Failure::Store(other),
             })?;
             println!("imported {n} devices");

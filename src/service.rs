@@ -82,12 +82,19 @@ impl InstanceLock {
             std::fs::create_dir_all(dir)
                 .map_err(|e| ServeError::Io(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| ServeError::Io(format!("cannot open {}: {e}", path.display())))?;
+        let new = !path.exists();
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| {
+            let message = format!("cannot open {}: {e}{}", path.display(), crate::store::access_hint(&path));
+            match e.kind() {
+                // Left by a command run as another user: the next start fails the same way.
+                std::io::ErrorKind::PermissionDenied => ServeError::Store(crate::store::StoreError::Unusable(message)),
+                _ => ServeError::Io(message),
+            }
+        })?;
+        if new {
+            // Made by root (a command run before the service): the service's user must open it too.
+            crate::store::give_to_owner_of(&path, path.parent().filter(|d| !d.as_os_str().is_empty()));
+        }
         match file.try_lock() {
             Ok(()) => Ok(InstanceLock { _file: file }),
             Err(std::fs::TryLockError::WouldBlock) => Err(ServeError::AlreadyRunning(path)),
@@ -174,7 +181,16 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let _lock = InstanceLock::acquire(&config.store.path)?;
     open_files_for(&config);
     let notifier = Arc::new(systemd::Notifier::from_env());
-    let store = open_store(&config)?;
+    let store = {
+        // Migrating a large database (and backing it up first) on a gateway's storage may
+        // outlast the unit's start timeout: systemd then killed the start and began again,
+        // leaving another partial backup each time.
+        let waiting = systemd::StartExtender::start(Arc::clone(&notifier))
+            .map_err(|e| ServeError::Io(format!("cannot start a thread: {e}")))?;
+        let store = open_store(&config);
+        waiting.stop();
+        store?
+    };
     let metrics = Arc::new(Metrics::new());
     let app = Arc::new(App::new(config.clone(), Arc::clone(&store), Arc::clone(&metrics))?);
 
@@ -529,6 +545,14 @@ async fn watchdog(every: Duration, store: Arc<Store>, notifier: Arc<systemd::Not
 /// On an empty database: creates the first administrator and prints the credentials once.
 fn bootstrap_admin(config: &Config, store: &Store) -> Result<(), ServeError> {
     if store.user_count()? > 0 {
+        // Users made with `sitegate user add` before the first start, none of them an
+        // administrator: nobody can manage hooks, devices or users through the API.
+        if store.active_admin_count()? == 0 {
+            log::warn!(
+                "no administrator can log in: `sitegate user add --admin` makes one (`user enable` and `user undelete` \
+                 bring one back)"
+            );
+        }
         return Ok(());
     }
     let token = auth::new_token();
@@ -572,12 +596,12 @@ impl Flusher {
                         let low = free < limits::DISK_FREE_LOW_BYTES;
                         if low && !disk_low {
                             log::warn!(
-                                "the disk holding the database has {} MB free (below {} MB); writes fail when it is full",
-                                free / 1_000_000,
-                                limits::DISK_FREE_LOW_BYTES / 1_000_000
+                                "the disk holding the database has {} MiB free (below {} MiB); writes fail when it is full",
+                                free / (1 << 20),
+                                limits::DISK_FREE_LOW_BYTES / (1 << 20)
                             );
                         } else if !low && disk_low {
-                            log::info!("the disk holding the database has {} MB free again", free / 1_000_000);
+                            log::info!("the disk holding the database has {} MiB free again", free / (1 << 20));
                         }
                         disk_low = low;
                     }

@@ -529,7 +529,10 @@ fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing
         "failed"
     };
     metrics.webhook_attempts.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
-    if !delivered {
+    // One that will not be sent again is a warning: a receiver that never got it.
+    if !delivered && retry_at.is_none() {
+        log::warn!("webhook delivery {} to {} not accepted, not sent again (failed): {error}", job.id, job.url);
+    } else if !delivered {
         log::info!("webhook delivery {} to {} not accepted ({outcome}): {error}", job.id, job.url);
     }
     Attempt { delivery: job.id, hook_id: job.hook_id, delivered, status, error, retry_at }

@@ -201,7 +201,7 @@ impl From<StoreError> for ApiError {
                     "The request was stopped: {why}; ask for less at a time (a narrower filter or range, fewer parts)"
                 ),
             ),
-            StoreError::Internal(m) => ApiError::internal(&m),
+            StoreError::Internal(m) | StoreError::Unusable(m) => ApiError::internal(&m),
         }
     }
 }

@@ -69,39 +69,66 @@ pub fn read_csv(input: impl std::io::Read) -> Result<Vec<Device>, String> {
     let (deviceid, label, tagtype, contactid) =
         (column("deviceid"), column("label"), column("tagtype"), column("contactid"));
     let mut out = Vec::new();
+    // Every line's mistakes at once: fixing a file of hundreds one run at a time is slow.
+    let mut errors = Vec::new();
     for (i, record) in reader.records().enumerate() {
         let line = i + 2;
-        let record = record.map_err(|e| format!("line {line}: {e}"))?;
-        if out.len() >= limits::LOCATION_DEVICES_MAX {
-            return Err(format!("line {line}: more than {} devices", limits::LOCATION_DEVICES_MAX));
+        if i >= limits::LOCATION_DEVICES_MAX {
+            errors.push(format!("line {line}: more than {} devices", limits::LOCATION_DEVICES_MAX));
+            break;
         }
-        let field = |c: Option<usize>| c.and_then(|c| record.get(c)).unwrap_or("").to_string();
-        let deviceaddress =
-            check_address(&field(Some(address))).map_err(|e| format!("line {line}: deviceaddress {e}"))?;
-        let id = field(deviceid);
-        let id = if id.is_empty() { default_deviceid(&deviceaddress) } else { id };
-        check_deviceid(&id).map_err(|e| format!("line {line}: deviceid {e}"))?;
-        let beacon_text = field(Some(beacon));
-        let beacon = BeaconId::parse(&beacon_text).ok_or_else(|| {
-            format!("line {line}: beacon {beacon_text:?} is not ibeacon:UUID/MAJOR/MINOR, eddystone:NAMESPACE/INSTANCE or mac:AA:BB:CC:DD:EE:FF")
-        })?;
-        let int = |c: Option<usize>, name: &str| -> Result<Option<i64>, String> {
-            let v = field(c);
-            if v.is_empty() {
-                return Ok(None);
-            }
-            v.parse::<i64>().map(Some).map_err(|_| format!("line {line}: {name} {v:?} is not an integer"))
-        };
-        out.push(Device {
-            deviceaddress,
-            deviceid: id,
-            label: field(label),
-            tagtype: int(tagtype, "tagtype")?,
-            beacon,
-            contactid: int(contactid, "contactid")?,
-        });
+        match read_row(record, line, address, beacon, (deviceid, label, tagtype, contactid)) {
+            Ok(device) => out.push(device),
+            Err(e) => errors.push(e),
+        }
     }
-    Ok(out)
+    if errors.is_empty() { Ok(out) } else { Err(line_errors(&errors)) }
+}
+
+/// The mistakes of a file's lines, one per line of text: at most
+/// `DEVICE_IMPORT_ERRORS_SHOWN_MAX`, then how many more there are.
+pub fn line_errors(errors: &[String]) -> String {
+    let shown = limits::DEVICE_IMPORT_ERRORS_SHOWN_MAX;
+    let mut text = errors.iter().take(shown).cloned().collect::<Vec<_>>().join("\n");
+    if errors.len() > shown {
+        text.push_str(&format!("\n(and {} more)", errors.len() - shown));
+    }
+    text
+}
+
+/// One line of a device list (`line`: its number in the file).
+fn read_row(
+    record: Result<csv::StringRecord, csv::Error>,
+    line: usize,
+    address: usize,
+    beacon: usize,
+    (deviceid, label, tagtype, contactid): (Option<usize>, Option<usize>, Option<usize>, Option<usize>),
+) -> Result<Device, String> {
+    let record = record.map_err(|e| format!("line {line}: {e}"))?;
+    let field = |c: Option<usize>| c.and_then(|c| record.get(c)).unwrap_or("").to_string();
+    let deviceaddress = check_address(&field(Some(address))).map_err(|e| format!("line {line}: deviceaddress {e}"))?;
+    let id = field(deviceid);
+    let id = if id.is_empty() { default_deviceid(&deviceaddress) } else { id };
+    check_deviceid(&id).map_err(|e| format!("line {line}: deviceid {e}"))?;
+    let beacon_text = field(Some(beacon));
+    let beacon = BeaconId::parse(&beacon_text).ok_or_else(|| {
+        format!("line {line}: beacon {beacon_text:?} is not ibeacon:UUID/MAJOR/MINOR, eddystone:NAMESPACE/INSTANCE or mac:AA:BB:CC:DD:EE:FF")
+    })?;
+    let int = |c: Option<usize>, name: &str| -> Result<Option<i64>, String> {
+        let v = field(c);
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse::<i64>().map(Some).map_err(|_| format!("line {line}: {name} {v:?} is not an integer"))
+    };
+    Ok(Device {
+        deviceaddress,
+        deviceid: id,
+        label: field(label),
+        tagtype: int(tagtype, "tagtype")?,
+        beacon,
+        contactid: int(contactid, "contactid")?,
+    })
 }
 
 /// What a reload changed that the engine must follow.
@@ -271,6 +298,13 @@ mod tests {
             let err = read_csv(bad.as_bytes()).unwrap_err();
             assert!(err.starts_with(why), "{err}");
         }
+        // Every bad line is named in one go, the good ones too are not imported.
+        let err = read_csv(
+            "deviceaddress,beacon\n5/1/1,mac:AA:BB:CC:DD:EE:01\n5/1,mac:AA:BB:CC:DD:EE:02\n5/1/3,mac:zz\n".as_bytes(),
+        )
+        .unwrap_err();
+        assert_eq!(err.lines().count(), 2, "{err}");
+        assert!(err.starts_with("line 3: deviceaddress") && err.contains("\nline 4: beacon"), "{err}");
     }
 
     #[test]

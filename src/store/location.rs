@@ -179,16 +179,34 @@ impl Store {
 
     /// Several devices in one transaction: all or none. A refusal names the device's line of
     /// a CSV file (the first device is on line 2, below the header).
-    pub fn import_devices(&self, org: &str, devices: &[Device]) -> Result<usize> {
+    /// Devices of a file (the first on its line 2), all or none; `check` says what is wrong
+    /// with one besides what the store checks (a tag type the site map lacks).
+    pub fn import_devices(
+        &self,
+        org: &str,
+        devices: &[Device],
+        check: impl Fn(&Device) -> std::result::Result<(), String>,
+    ) -> Result<usize> {
         self.write(|tx| {
             let now = now_secs();
+            // Every line that cannot go in is named; then none goes in.
+            let mut refused = Vec::new();
             for (i, d) in devices.iter().enumerate() {
                 let line = i + 2;
-                insert_device(tx, org, d, now).map(drop).map_err(|e| match e {
-                    StoreError::Duplicate(m) => StoreError::Duplicate(format!("line {line}: {m}")),
-                    StoreError::BadReference(m) => StoreError::BadReference(format!("line {line}: {m}")),
-                    other => other,
-                })?;
+                if let Err(m) = check(d) {
+                    refused.push(format!("line {line}: {m}"));
+                    continue;
+                }
+                match insert_device(tx, org, d, now) {
+                    Ok(_) => {}
+                    Err(StoreError::Duplicate(m) | StoreError::BadReference(m)) => {
+                        refused.push(format!("line {line}: {m}"))
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            if !refused.is_empty() {
+                return Err(StoreError::BadReference(crate::location::devices::line_errors(&refused)));
             }
             Ok(devices.len())
         })

@@ -89,8 +89,19 @@ pub fn backup(db: &Path, out: &Path) -> Result<Copied> {
         )));
     }
     let src = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", db.display())))?;
+        .map_err(|e| StoreError::Unusable(format!("cannot open {}: {e}{}", db.display(), access_hint(db))))?;
     src.busy_timeout(Duration::from_millis(crate::limits::STORE_BUSY_TIMEOUT_MS))?;
+    // Said of the database, not of the copy the check would find it in.
+    let version: i64 = src
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| StoreError::Unusable(format!("{}: {}{}", db.display(), StoreError::from(e), access_hint(db))))?;
+    let known = schema::MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(StoreError::Unusable(format!(
+            "{} has schema version {version}, newer than this sitegate knows ({known}): back it up with the newer sitegate",
+            db.display()
+        )));
+    }
     backup_connection(&src, out)
 }
 
@@ -163,6 +174,84 @@ fn write_backup(src: &Connection, partial: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Removes what an earlier start left of its backup before migration when it was stopped
+/// during it (`<database>.schema<N>-<time>.bak.partial` and SQLite's journal of it): they
+/// are never finished, and each such start left another.
+fn remove_unfinished_backups(db: &Path) {
+    let (Some(folder), Some(name)) = (db.parent(), db.file_name().and_then(|n| n.to_str())) else { return };
+    let folder = if folder.as_os_str().is_empty() { Path::new(".") } else { folder };
+    let Ok(entries) = std::fs::read_dir(folder) else { return };
+    let prefix = format!("{name}.schema");
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(file) = file.to_str() else { continue };
+        if file.starts_with(&prefix) && (file.ends_with(".bak.partial") || file.ends_with(".bak.partial-journal")) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => log::info!("removed {}, left by a start stopped while it backed up", entry.path().display()),
+                Err(e) => log::warn!("cannot remove {}: {e}", entry.path().display()),
+            }
+        }
+    }
+}
+
+/// Gives `path` (a database this process made) to the owner of `like` (the file it replaces,
+/// or its folder) when they differ: a command run as root would otherwise leave a file the
+/// service's user cannot open. Only root can; anyone else made a file of their own.
+#[cfg(unix)]
+pub fn give_to_owner_of(path: &Path, like: Option<&Path>) {
+    use std::os::unix::fs::MetadataExt;
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let (Some(like), Ok(file)) = (like.and_then(|l| std::fs::metadata(l).ok()), std::fs::metadata(path)) else {
+        return;
+    };
+    if (file.uid(), file.gid()) == (like.uid(), like.gid()) {
+        return;
+    }
+    match std::os::unix::fs::chown(path, Some(like.uid()), Some(like.gid())) {
+        Ok(()) => log::info!("{} given to user {} (the owner of what it replaces)", path.display(), like.uid()),
+        Err(e) => log::warn!("cannot give {} to user {}: {e}", path.display(), like.uid()),
+    }
+}
+
+#[cfg(not(unix))]
+pub fn give_to_owner_of(_path: &Path, _like: Option<&Path>) {}
+
+/// Why this process may not be able to open the database at `path`, if its files are not
+/// its user's to read and write: what to say after "cannot open", else nothing.
+#[cfg(unix)]
+pub fn access_hint(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid();
+    if me.is_root() {
+        return String::new();
+    }
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let folder = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    for file in [path, Path::new(&wal), folder] {
+        let Ok(meta) = std::fs::metadata(file) else { continue };
+        let rw = rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK;
+        if rustix::fs::access(file, rw).is_err() {
+            return format!(
+                " ({} belongs to user {} and this process runs as user {}: give it to the service's user, \
+                 e.g. `chown -R sitegate: {}`)",
+                file.display(),
+                meta.uid(),
+                me.as_raw(),
+                folder.display()
+            );
+        }
+    }
+    String::new()
+}
+
+#[cfg(not(unix))]
+pub fn access_hint(_path: &Path) -> String {
+    String::new()
+}
+
 /// Creates an empty file at `path` with mode 0600 (SQLite then writes into it as it is).
 fn create_private(path: &Path) -> Result<()> {
     let mut options = std::fs::OpenOptions::new();
@@ -207,6 +296,8 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
     let kept = if db.exists() { Some(keep_current(db, kept)?) } else { None };
     let _ = std::fs::remove_file(shm_path(db));
     std::fs::rename(&partial, db).map_err(|e| StoreError::Internal(format!("cannot replace {}: {e}", db.display())))?;
+    // Restored by root, the copy is root's: the service's user must be able to open it.
+    give_to_owner_of(db, kept.as_deref().or(db.parent().filter(|d| !d.as_os_str().is_empty())));
     sync_parent(db);
     let bytes = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
     Ok((Copied { path: db.to_path_buf(), bytes, schema_version: version }, kept))
@@ -263,9 +354,9 @@ pub fn compact(db: &Path) -> Result<(u64, u64)> {
 /// schema version.
 pub fn check_file(path: &Path) -> Result<i64> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| StoreError::Unusable(format!("cannot open {}: {e}{}", path.display(), access_hint(path))))?;
     let bad =
-        |what: String| StoreError::Internal(format!("{} is not a usable sitegate database: {what}", path.display()));
+        |what: String| StoreError::Unusable(format!("{} is not a usable sitegate database: {what}", path.display()));
     // A full disk is not a bad database (reading a WAL database may need room for its index).
     let integrity: String =
         conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).map_err(|e| match StoreError::from(e) {
@@ -307,6 +398,7 @@ fn sync_parent(path: &Path) {
 /// Before migrating an existing database: a backup beside it, named after its schema version,
 /// kept after the migration.
 pub(super) fn backup_before_migration(conn: &Connection, db: &Path, version: i64) -> Result<PathBuf> {
+    remove_unfinished_backups(db);
     let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
     // Never over an earlier one: a gateway without a set clock starts at the same time again.
     let out = (1..=crate::limits::KEPT_DATABASE_NAMES_MAX)

@@ -43,7 +43,7 @@ pub use alerts::{AlertOrder, NewAlert, StoredAlert};
 pub use budget::{ReadStop, ReplyBudget, charge as charge_reply, take_charged};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, StoredDevice, Visit};
-pub use maintenance::{backup, compact, restore};
+pub use maintenance::{access_hint, backup, compact, give_to_owner_of, restore};
 pub use mqtt::MqttUser;
 pub use principals::NewUser;
 pub use records::{
@@ -80,6 +80,10 @@ pub enum StoreError {
     TooLarge(usize),
     /// The request's reads stopped (why): it ran too long, or its client has gone.
     Stopped(String),
+    /// The database file cannot be used as it is: another program's, of a newer schema (or,
+    /// for a command, an older one), damaged, or not this user's to open. Trying again does
+    /// not help; the message says what would.
+    Unusable(String),
     /// The database itself failed (I/O error, corruption, full disk).
     Internal(String),
 }
@@ -100,7 +104,7 @@ impl std::fmt::Display for StoreError {
             StoreError::Moved(m) => write!(f, "{m}"),
             StoreError::TooLarge(limit) => write!(f, "the answer would hold more than {limit} bytes of records"),
             StoreError::Stopped(why) => write!(f, "the request's reads stopped: {why}"),
-            StoreError::Internal(m) => write!(f, "database error: {m}"),
+            StoreError::Internal(m) | StoreError::Unusable(m) => write!(f, "database error: {m}"),
         }
     }
 }
@@ -216,8 +220,10 @@ impl Store {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let writer =
-            Connection::open(path).map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
+        let new = !path.exists();
+        let writer = Connection::open(path).map_err(|e| {
+            StoreError::Unusable(format!("cannot open {}: {e}{}", path.display(), maintenance::access_hint(path)))
+        })?;
         // A damaged or foreign file fails here: the message names it.
         let named = |e: StoreError| match e {
             StoreError::Internal(m) if !m.contains(&*path.to_string_lossy()) => {
@@ -227,7 +233,15 @@ impl Store {
         };
         // Looked at before anything is written (the switch to WAL rewrites the header).
         writer.busy_timeout(Duration::from_millis(limits::STORE_BUSY_TIMEOUT_MS))?;
-        let version: i64 = writer.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| named(e.into()))?;
+        let version: i64 = writer.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| {
+            match StoreError::from(e) {
+                // Not a database, or not this user's to read: the same file fails the same way.
+                StoreError::Internal(m) => {
+                    StoreError::Unusable(format!("{}: {m}{}", path.display(), maintenance::access_hint(path)))
+                }
+                other => other,
+            }
+        })?;
         if version == 0 {
             // A new database (or an empty file): sitegate's, readable by the service only. A
             // file with tables of its own is some other program's: left as it is.
@@ -235,14 +249,20 @@ impl Store {
                 .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
                 .map_err(|e| named(e.into()))?;
             if objects > 0 {
-                return Err(StoreError::Internal(format!(
+                return Err(StoreError::Unusable(format!(
                     "{} is an SQLite database of something else (it has {objects} tables and other objects, and no \
                      sitegate schema): left as it is; set [store] path to a new file, or restore a sitegate backup",
                     path.display()
                 )));
             }
             restrict_permissions(path);
+            if new {
+                // Made by root (a command run before the first start): the service's user,
+                // who owns the folder, must be able to open it.
+                maintenance::give_to_owner_of(path, path.parent().filter(|d| !d.as_os_str().is_empty()));
+            }
         } else if !migrate_existing && version < schema::MIGRATIONS.len() as i64 {
+            // Not for good: the service's next start migrates it.
             return Err(StoreError::Internal(format!(
                 "{} has schema version {version}, older than this sitegate's ({}): start the service of this \
                  version (`sitegate serve`, or restart the unit) to migrate it first; commands do not migrate, \
@@ -681,7 +701,7 @@ fn migrate(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let known = migrations.len() as i64;
     if version > known {
-        return Err(StoreError::Internal(format!(
+        return Err(StoreError::Unusable(format!(
             "the database has schema version {version}, newer than this sitegate knows ({known}); \
              run the newer sitegate or restore a backup"
         )));

@@ -63,6 +63,17 @@ impl Store {
         })
     }
 
+    /// Administrators who can log in (not deleted, not disabled).
+    pub fn active_admin_count(&self) -> Result<i64> {
+        self.read(|tx| {
+            Ok(tx.query_row(
+                "SELECT count(*) FROM principals WHERE kind = 1 AND admin = 1 AND deleted = 0 AND prevent_login = 0",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+    }
+
     pub fn user_count(&self) -> Result<i64> {
         self.read(|tx| Ok(tx.query_row("SELECT count(*) FROM principals WHERE kind = 1", [], |r| r.get(0))?))
     }

@@ -567,6 +567,9 @@ impl Store {
             if super::budget::read_should_stop() {
                 return Err(super::budget::stopped());
             }
+            // The writer's lock is not fair: taken again at once, it went to this loop again
+            // and again while other writes waited for it (up to 1.2 s).
+            std::thread::sleep(std::time::Duration::from_millis(crate::limits::STORE_FIELD_INDEX_FILL_PAUSE_MS));
         }
         Ok(())
     }

@@ -138,6 +138,22 @@ fn devices_from_the_command_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(65), "{err}");
     assert!(err.contains("line 3: a device with beacon") && err.contains("nothing imported"), "{err}");
+    // Every line that cannot go in is named in one run, whatever is wrong with it.
+    std::fs::write(
+        &csv,
+        format!(
+            "deviceaddress,beacon,tagtype,contactid\n8/1/1,mac:AA:BB:CC:DD:EE:81,,\n8/1/2,ibeacon:{UUID}/7/5,,\n\
+             8/1/3,mac:AA:BB:CC:DD:EE:83,9,\n8/1/4,mac:AA:BB:CC:DD:EE:84,,999999\n"
+        ),
+    )
+    .unwrap();
+    let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{err}");
+    for line in ["line 3: a device with beacon", "line 4: tagtype 9 is not a tag type", "line 5: contactid 999999"] {
+        assert!(err.contains(line), "{line}: {err}");
+    }
+    assert!(!err.contains("line 2:"), "{err}");
     // A column the import does not know is refused, not ignored.
     std::fs::write(&csv, "deviceaddress,beacon,contact_id\n8/1/1,mac:AA:BB:CC:DD:EE:81,1\n").unwrap();
     let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
@@ -358,7 +374,8 @@ fn replay_into_the_database() {
     assert_eq!(located["records"][0]["location"]["zoneid"], 22, "{located}");
     // Not while the service runs on the database.
     let out = cli_with_config(&config, &["replay", "--trace", trace.to_str().unwrap(), "--store"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.status.code(), Some(1), "as for restore: a state of the machine, not a wrong command line");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stop it before replaying"));
 }
 
 /// The site of `SITE` with a third zone between the two, without a receiver of its own,

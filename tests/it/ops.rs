@@ -300,7 +300,7 @@ fn backup_under_write_load_restores_to_a_consistent_database() {
     let junk = dir.join("junk.db");
     std::fs::write(&junk, b"not a database at all").unwrap();
     let out = crate::support::cli_with_config(&cfg, &["restore", "--from", junk.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(65), "an input file that cannot be used");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a usable sitegate database"));
 
     let out = crate::support::cli_with_config(&cfg, &["restore", "--from", backup.to_str().unwrap()]);
@@ -461,7 +461,7 @@ fn a_full_disk_refuses_writes_clearly_and_recovers() {
     let disk = &health.json()["disk"];
     assert_eq!(disk["low"], 1, "{}", health.body);
     assert!(disk["freebytes"].as_i64().is_some_and(|b| b > 0 && b < 4 << 20), "{}", health.body);
-    wait_for("the low disk in the log", || s.stderr().contains("MB free (below 67 MB)").then_some(()));
+    wait_for("the low disk in the log", || s.stderr().contains("MiB free (below 64 MiB)").then_some(()));
     rx.take_down();
     let background = "x".repeat(60_000);
     let mut created = Vec::new();

@@ -78,9 +78,20 @@ fn commands_leave_an_earlier_database_to_the_service() {
 #[test]
 fn an_earlier_database_is_backed_up_migrated_and_served_as_before() {
     let (dir, _) = upgraded_dir("upgrade");
+    // What a start stopped during its backup left: removed, not kept for ever.
+    let unfinished = [
+        dir.join(format!("data/sitegate.db.schema{FIXTURE_SCHEMA}-20261101T000000Z.bak.partial")),
+        dir.join(format!("data/sitegate.db.schema{FIXTURE_SCHEMA}-20261101T000000Z.bak.partial-journal")),
+    ];
+    for file in &unfinished {
+        std::fs::write(file, b"half a copy").unwrap();
+    }
     let accounts = accounts();
     let id = |name: &str| accounts["ids"][name].as_i64().unwrap();
     let s = Service::launch(dir.clone(), dir.join("config.toml"), &[]);
+    for file in &unfinished {
+        assert!(!file.exists(), "{} is left", file.display());
+    }
     let admin = s.client(&account(&accounts, "admin@sitegate.local"));
 
     // The way back is kept: a backup of the earlier schema, beside the database.
