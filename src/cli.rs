@@ -258,7 +258,8 @@ pub struct Locations {
     /// the contact's record id
     #[argh(option)]
     pub contact: i64,
-    /// forget the history, visits and current position of the contact's devices
+    /// forget the history, visits and last position of the contact's devices (a device in a
+    /// zone now stays placed there, as if it had entered at the purge)
     #[argh(switch)]
     pub purge: bool,
     /// organisation id (default: the first in the configuration)

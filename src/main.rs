@@ -627,7 +627,10 @@ fn run_locations(l: cli::Locations) -> Result<(), Failure> {
         let n = store
             .purge_contact_locations(&org, l.contact)
             .map_err(not_found(format!("no contact {} in organisation {org}", l.contact)))?;
-        println!("forgot {n} rows of location data of contact {}", l.contact);
+        println!(
+            "forgot {n} rows of location data of contact {} (a device in a zone now stays placed there, as entered now)",
+            l.contact
+        );
         return Ok(());
     }
     let data = store
