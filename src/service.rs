@@ -116,6 +116,14 @@ pub fn kept_path(db: &Path, what: &str) -> PathBuf {
 pub fn open_store(config: &Config) -> Result<Arc<Store>, crate::store::StoreError> {
     let store = Store::open(&config.store.path)?;
     store.sync_organizations(&config.organizations)?;
+    // An organisation taken out of config.toml keeps its data and its users' access: said,
+    // so that taking it out is not mistaken for closing it.
+    for (org, users) in store.organizations_left_out(&config.organizations)? {
+        log::warn!(
+            "organisation {org:?} is in the database but not in the configuration: its {users} users who can log in \
+             still can (`sitegate user disable` stops one); its records, devices and MQTT users stay"
+        );
+    }
     Ok(Arc::new(store))
 }
 

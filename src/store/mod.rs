@@ -1005,6 +1005,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Organisations the configuration no longer names are found, with their users who can
+    /// still log in.
+    #[test]
+    fn organizations_left_out_of_the_configuration_are_named() {
+        use crate::config::Organization;
+        let dir = std::env::temp_dir().join(format!("sitegate-orgs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        let org = |id: &str| Organization { id: id.into(), name: id.to_uppercase() };
+        store.sync_organizations(&[org("a"), org("b")]).unwrap();
+        for (email, org) in [("x@a.test", "a"), ("y@b.test", "b"), ("z@b.test", "b")] {
+            let user = NewUser {
+                org,
+                email,
+                name: email,
+                admin: false,
+                prevent_private: false,
+                groups: &[],
+                token_sha256: &[0; 32],
+            };
+            store.create_user(&user).unwrap();
+        }
+        assert_eq!(store.organizations_left_out(&[org("a"), org("b")]).unwrap(), vec![]);
+        assert_eq!(store.organizations_left_out(&[org("a")]).unwrap(), vec![("b".to_string(), 2)]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A field's index is filled in steps of a few items, each its own write; records made,
     /// changed and emptied between the steps, before and after the point reached, end up
     /// keyed as they are, as if the index had been filled at once.

@@ -63,6 +63,28 @@ impl Store {
         })
     }
 
+    /// Organisations of the database that `orgs` (the configuration's) leaves out, each with
+    /// its users who can log in.
+    pub fn organizations_left_out(&self, orgs: &[Organization]) -> Result<Vec<(String, i64)>> {
+        let known: Vec<&str> = orgs.iter().map(|o| o.id.as_str()).collect();
+        self.read(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT o.id, (SELECT count(*) FROM principals p
+                               WHERE p.org = o.id AND p.kind = 1 AND p.deleted = 0 AND p.prevent_login = 0)
+                 FROM organizations o ORDER BY o.id",
+            )?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, users) = row?;
+                if !known.contains(&id.as_str()) {
+                    out.push((id, users));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// Administrators who can log in (not deleted, not disabled).
     pub fn active_admin_count(&self) -> Result<i64> {
         self.read(|tx| {
