@@ -46,6 +46,11 @@ pub const SYSTEMD_START_EXTEND_EVERY_MS: u64 = 20_000;
 pub const SYSTEMD_START_EXTEND_BY_MS: u64 = 60_000;
 pub const SYSTEMD_START_EXTEND_MAX_MS: u64 = 6 * 60 * 60 * 1000;
 
+/// A certificate the service presents or trusts is warned of this many days before it
+/// expires, and looked at again this often.
+pub const CERT_EXPIRY_WARN_DAYS: i64 = 30;
+pub const CERT_CHECK_INTERVAL_S: u64 = 3_600;
+
 /// Mistakes of a device list's lines named at once (`sitegate device import`).
 pub const DEVICE_IMPORT_ERRORS_SHOWN_MAX: usize = 50;
 

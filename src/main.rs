@@ -8,6 +8,7 @@
 mod alerts;
 mod api;
 mod auth;
+mod certs;
 mod cli;
 mod config;
 #[cfg(test)]

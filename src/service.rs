@@ -599,7 +599,13 @@ impl Flusher {
                 let mut last_quota = Instant::now();
                 let mut dropped_reported = 0;
                 let mut disk_low = false;
+                let mut certs = Vec::new();
+                let mut certs_checked: Option<Instant> = None;
                 loop {
+                    if certs_checked.is_none_or(|at| at.elapsed().as_secs() >= limits::CERT_CHECK_INTERVAL_S) {
+                        crate::certs::check(&app.config, crate::timefmt::now_secs(), &mut certs);
+                        certs_checked = Some(Instant::now());
+                    }
                     if let Some(free) = app.store.disk_free_bytes() {
                         let low = free < limits::DISK_FREE_LOW_BYTES;
                         if low && !disk_low {

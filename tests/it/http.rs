@@ -456,3 +456,32 @@ fn requests_of_one_item_pass_expensive_ones() {
         assert!(r.body.contains("longer than 5000 ms"), "{}", r.body);
     }
 }
+
+/// A certificate that has expired, or expires within 30 days, is named in the journal at
+/// start: every client of its listener would otherwise find out first.
+#[test]
+fn an_expired_or_expiring_certificate_is_warned_of() {
+    let dir = crate::support::test_dir("an_expired_or_expiring_certificate_is_warned_of_certs");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+    std::fs::write(dir.join("server.crt"), params.self_signed(&key).unwrap().pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+    let config = BASE_CONFIG.replace(
+        "workers = 2",
+        &format!(
+            "workers = 2\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"",
+            dir.join("server.crt").display(),
+            dir.join("server.key").display()
+        ),
+    );
+    let s = Service::start_with(
+        "an_expired_or_expiring_certificate_is_warned_of",
+        Options { config: &config, env: vec![] },
+    );
+    crate::support::wait_for("the expired certificate in the log", || {
+        let log = s.stderr();
+        (log.contains("`http.tls_cert`") && log.contains("expired on 2020-01-01")).then_some(())
+    });
+}
