@@ -797,7 +797,10 @@ fn run_group(command: GroupCommand) -> Result<(), Failure> {
         }
         GroupCommand::Delete(d) => {
             let (_, store) = open_existing(d.config.as_deref())?;
-            store.delete_group(d.group).map_err(not_found(format!("no group {}", d.group)))?;
+            store.delete_group(d.group).map_err(|e| match e {
+                StoreError::BadReference(m) => Failure::Usage(m),
+                other => not_found(format!("no group {}", d.group))(other),
+            })?;
         }
     }
     Ok(())

@@ -223,9 +223,17 @@ impl Store {
 
     pub fn delete_group(&self, group_id: i64) -> Result<()> {
         self.write_credentials(|tx| {
-            let n =
-                tx.exec("UPDATE principals SET deleted = 1 WHERE kind = 2 AND deleted = 0 AND id = ?1", [group_id])?;
-            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+            let deleted: Option<bool> = tx
+                .query_row("SELECT deleted <> 0 FROM principals WHERE kind = 2 AND id = ?1", [group_id], |r| r.get(0))
+                .optional()?;
+            match deleted {
+                None => Err(StoreError::NotFound),
+                Some(true) => Err(StoreError::BadReference(format!("group {group_id} is already deleted"))),
+                Some(false) => {
+                    tx.exec("UPDATE principals SET deleted = 1 WHERE id = ?1", [group_id])?;
+                    Ok(())
+                }
+            }
         })
     }
 

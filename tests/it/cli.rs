@@ -183,6 +183,8 @@ fn the_shipped_config_is_valid_and_matches_the_defaults() {
 fn user_and_group_commands() {
     let s = Service::start("user_and_group_commands");
     let group = s.add_group("Night shift", &["--email", "night@acme.test"]);
+    let gone_group = s.add_group("Day shift", &[]).to_string();
+    assert!(s.cli(&["group", "delete", "--group", &gone_group]).status.success());
     let ann = s.add_user("ann@acme.test", "Ann Lee", &["--admin", "--group", &group.to_string()]);
     assert_eq!(ann.token.len(), 64);
     // A deleted user is no user for the other commands either.
@@ -197,6 +199,8 @@ fn user_and_group_commands() {
         (vec!["user", "token", "--email", "nobody@acme.test"], "no user"),
         (vec!["group", "member", "--group", "999", "--email", "ann@acme.test"], "no group"),
         (vec!["group", "add", "--name", "Night shift"], "already exists"),
+        (vec!["group", "delete", "--group", &gone_group], "already deleted"),
+        (vec!["group", "delete", "--group", "999"], "no group 999"),
         (vec!["user", "enable", "--email", "gone@acme.test"], "user gone@acme.test is deleted"),
         (vec!["user", "disable", "--email", "gone@acme.test"], "user gone@acme.test is deleted"),
         (vec!["user", "token", "--email", "gone@acme.test"], "user undelete --email gone@acme.test"),
