@@ -381,6 +381,23 @@ pub enum UserCommand {
     Enable(UserEnable),
     Delete(UserDelete),
     Undelete(UserUndelete),
+    Admin(UserAdmin),
+}
+
+#[derive(FromArgs, Debug)]
+/// Make a user an administrator (or, with --revoke, no longer one; the last administrator who
+/// can log in stays one).
+#[argh(subcommand, name = "admin")]
+pub struct UserAdmin {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the user's e-mail address
+    #[argh(option)]
+    pub email: String,
+    /// take the administrator's rights away instead
+    #[argh(switch)]
+    pub revoke: bool,
 }
 
 #[derive(FromArgs, Debug)]
@@ -516,7 +533,7 @@ pub struct GroupAdd {
 }
 
 #[derive(FromArgs, Debug)]
-/// Add a user to a group.
+/// Add a user to a group (or, with --remove, take them out of it).
 #[argh(subcommand, name = "member")]
 pub struct GroupMember {
     /// configuration file
@@ -528,6 +545,9 @@ pub struct GroupMember {
     /// the user's e-mail address
     #[argh(option)]
     pub email: String,
+    /// take the user out of the group instead
+    #[argh(switch)]
+    pub remove: bool,
 }
 
 #[derive(FromArgs, Debug)]

@@ -751,6 +751,13 @@ fn run_user(command: UserCommand) -> Result<(), Failure> {
             let (_, store) = open_existing(d.config.as_deref())?;
             store.disable_user(&d.email, true).map_err(no_user(&store, &d.email))?;
         }
+        UserCommand::Admin(a) => {
+            let (_, store) = open_existing(a.config.as_deref())?;
+            store.set_admin(&a.email, !a.revoke).map_err(|e| match e {
+                StoreError::BadReference(m) => Failure::Usage(m),
+                other => no_user(&store, &a.email)(other),
+            })?;
+        }
         UserCommand::Enable(d) => {
             let (_, store) = open_existing(d.config.as_deref())?;
             store.disable_user(&d.email, false).map_err(no_user(&store, &d.email))?;
@@ -786,7 +793,11 @@ fn run_group(command: GroupCommand) -> Result<(), Failure> {
         }
         GroupCommand::Member(m) => {
             let (_, store) = open_existing(m.config.as_deref())?;
-            store.add_member(m.group, &m.email).map_err(usage)?;
+            if m.remove {
+                store.remove_member(m.group, &m.email).map_err(usage)?;
+            } else {
+                store.add_member(m.group, &m.email).map_err(usage)?;
+            }
         }
         GroupCommand::List(l) => {
             let (_, store) = open_existing(l.config.as_deref())?;

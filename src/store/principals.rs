@@ -237,6 +237,52 @@ impl Store {
         })
     }
 
+    /// Makes a user an administrator, or not; the last administrator who can log in stays one
+    /// (a site without one cannot manage hooks, devices or users through the API).
+    pub fn set_admin(&self, email: &str, admin: bool) -> Result<()> {
+        self.write_credentials(|tx| {
+            let user: Option<(i64, bool, bool)> = tx
+                .query_row(
+                    "SELECT id, admin <> 0, prevent_login = 0 FROM principals
+                     WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
+                    [email],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            let (id, was, active) = user.ok_or(StoreError::NotFound)?;
+            if was && !admin && active {
+                let others: i64 = tx.query_row(
+                    "SELECT count(*) FROM principals
+                     WHERE kind = 1 AND admin = 1 AND deleted = 0 AND prevent_login = 0 AND id <> ?1",
+                    [id],
+                    |r| r.get(0),
+                )?;
+                if others == 0 {
+                    return Err(StoreError::BadReference(format!(
+                        "{email} is the last administrator who can log in: make another one first"
+                    )));
+                }
+            }
+            tx.exec("UPDATE principals SET admin = ?2 WHERE id = ?1", (id, admin))?;
+            Ok(())
+        })
+    }
+
+    /// Takes a user out of a group.
+    pub fn remove_member(&self, group_id: i64, email: &str) -> Result<()> {
+        self.write_credentials(|tx| {
+            let n = tx.exec(
+                "DELETE FROM memberships WHERE group_id = ?1 AND user_id IN
+                    (SELECT id FROM principals WHERE kind = 1 AND email = ?2 COLLATE NOCASE)",
+                (group_id, email),
+            )?;
+            if n == 0 {
+                return Err(StoreError::BadReference(format!("{email} is not a member of group {group_id}")));
+            }
+            Ok(())
+        })
+    }
+
     /// Adds a user to a group of the same organisation.
     pub fn add_member(&self, group_id: i64, email: &str) -> Result<()> {
         self.write_credentials(|tx| {

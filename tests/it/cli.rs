@@ -228,6 +228,26 @@ fn user_and_group_commands() {
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let gone = crate::support::Account { email: "gone@acme.test".into(), token };
     s.client(&gone).get("/contacts").assert_status(200);
+    // Administrators made and unmade, at once for the running service; the last one who can
+    // log in stays one.
+    s.client(&gone).get("/devices").assert_status(403);
+    let run = |args: &[&str]| {
+        let out = s.cli(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["user", "admin", "--email", "gone@acme.test"]);
+    s.client(&gone).get("/devices").assert_status(200);
+    run(&["user", "admin", "--email", "gone@acme.test", "--revoke"]);
+    s.client(&gone).get("/devices").assert_status(403);
+    run(&["user", "admin", "--email", "ann@acme.test", "--revoke"]);
+    let out = s.cli(&["user", "admin", "--email", "admin@sitegate.local", "--revoke"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("last administrator"));
+    // Members taken out of a group.
+    run(&["group", "member", "--group", &group.to_string(), "--email", "ann@acme.test", "--remove"]);
+    let out = s.cli(&["group", "member", "--group", &group.to_string(), "--email", "ann@acme.test", "--remove"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a member"));
 }
 
 #[test]
