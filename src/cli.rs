@@ -30,6 +30,7 @@ pub enum Command {
     Record(Record),
     Device(DeviceCmd),
     Locations(Locations),
+    Erase(Erase),
     MqttUser(MqttUserCmd),
     Cert(CertCmd),
 }
@@ -246,6 +247,24 @@ pub struct DeviceDelete {
     /// organisation id (default: the first in the configuration)
     #[argh(option)]
     pub org: Option<String>,
+}
+
+#[derive(FromArgs, Debug)]
+/// Erase a deleted record for good (personal data): the record, its activities and their
+/// files, its tags, its links to and from other records and its indexed values. It must have
+/// been deleted first (`DELETE /contacts/{id}`); until erased it can be restored. Location
+/// data is `sitegate locations --purge`; backups made before keep it.
+#[argh(subcommand, name = "erase")]
+pub struct Erase {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// the record's type: contacts, companies, projectblogs or tickets
+    #[argh(option, long = "type")]
+    pub record_type: String,
+    /// the record's id
+    #[argh(option)]
+    pub id: i64,
 }
 
 #[derive(FromArgs, Debug)]

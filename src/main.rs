@@ -343,6 +343,21 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Record(r) => run_record(r),
         Command::Device(d) => run_device(d.command),
         Command::Locations(l) => run_locations(l),
+        Command::Erase(e) => {
+            let rt = model::RecordType::from_segment(&e.record_type).ok_or_else(|| {
+                Failure::Usage(format!(
+                    "--type {}: not a record type (contacts, companies, projectblogs or tickets)",
+                    e.record_type
+                ))
+            })?;
+            let (_, store) = open_existing(e.config.as_deref())?;
+            let rows = store.erase_record(rt, e.id).map_err(|err| match err {
+                StoreError::NotFound => Failure::Usage(format!("no {} {}", e.record_type, e.id)),
+                other => usage(other),
+            })?;
+            println!("erased {} {} ({rows} rows)", e.record_type, e.id);
+            Ok(())
+        }
         Command::User(u) => run_user(u.command),
         Command::Group(g) => run_group(g.command),
         Command::MqttUser(m) => run_mqtt_user(m.command),

@@ -534,6 +534,46 @@ impl Store {
         Ok((entries, count))
     }
 
+    /// Erases a deleted record for good, with its activities (and their files), its tags, its
+    /// links from and to other records and its indexed values; devices and alerts that named
+    /// it as their contact name none. A record not deleted is refused: deleting is what can be
+    /// undone, erasing what cannot. The number of rows removed.
+    pub fn erase_record(&self, record_type: RecordType, id: i64) -> Result<usize> {
+        self.write(|tx| {
+            let archived: Option<Option<i64>> = tx
+                .query_row(
+                    "SELECT archived FROM items WHERE id = ?1 AND typeid = ?2 AND parent IS NULL",
+                    (id, record_type.typeid()),
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match archived {
+                None => return Err(StoreError::NotFound),
+                Some(a) if a != Some(id) => {
+                    return Err(StoreError::BadReference(format!(
+                        "{} {id} is not deleted: delete it first (it can be restored until it is erased)",
+                        record_type.segment()
+                    )));
+                }
+                Some(_) => {}
+            }
+            let doomed = "(SELECT id FROM items WHERE id = ?1 OR record_id = ?1)";
+            let mut rows = 0;
+            for sql in [
+                format!("DELETE FROM files WHERE item_id IN {doomed}"),
+                format!("DELETE FROM item_categories WHERE item_id IN {doomed}"),
+                format!("DELETE FROM field_values WHERE item IN {doomed}"),
+                format!("DELETE FROM relations WHERE item IN {doomed} OR related IN {doomed}"),
+            ] {
+                rows += tx.exec(&sql, [id])?;
+            }
+            tx.exec("UPDATE devices SET contact_id = NULL WHERE contact_id = ?1", [id])?;
+            tx.exec("UPDATE alerts SET contact_id = NULL WHERE contact_id = ?1", [id])?;
+            rows += tx.exec("DELETE FROM items WHERE id = ?1 OR record_id = ?1", [id])?;
+            Ok(rows)
+        })
+    }
+
     /// Makes `field_values` hold the field from now on, filled from the records there are
     /// (once per field: later calls only look). The filling goes in writes of at most
     /// `STORE_FIELD_INDEX_FILL_ITEMS` items, so that other writes go between them: in one,

@@ -237,3 +237,63 @@ fn a_create_answers_with_its_own_record_while_others_change_it() {
         &wrong[..wrong.len().min(3)]
     );
 }
+
+/// A deleted record is erased for good with its activities, tags, links and indexed values
+/// (personal data); a record not deleted is refused, and nothing of another record goes.
+#[test]
+fn a_deleted_record_is_erased_for_good() {
+    let s = crate::support::Service::start("a_deleted_record_is_erased_for_good");
+    let c = s.admin_client();
+    let company = c.create("companies", r#"{"name": "Initech"}"#);
+    let tag = c.post_json("/contacts/categories", r#"{"name": "VIP"}"#).json()["id"].as_i64().unwrap();
+    let body = format!(
+        r#"{{"firstname": "Ann", "lastname": "Erased", "jobtitle": "Engineer", "categories": {{"add": [{tag}]}},
+            "relateditems": {{"add": [{company}]}}}}"#
+    );
+    let ann = c.create("contacts", &body);
+    let bob =
+        c.create("contacts", &format!(r#"{{"firstname": "Bob", "relateditems": {{"add": [{ann}, {company}]}}}}"#));
+    c.create_activity("note", &format!(r#"{{"parent": {ann}, "data": {{"details": "private"}}}}"#));
+    // The job title joins the index of field values.
+    assert_eq!(c.list_ids("/contacts?searchmode=Sjobtitle&searchvalue=engin"), vec![ann]);
+
+    let mut before = vec![ann, company];
+    before.sort();
+    let mut bobs: Vec<i64> = {
+        let r = c.get_json(&format!("/contacts/{bob}")).json();
+        r["relateditems"].as_array().map_or(vec![], |a| a.iter().filter_map(|i| i["id"].as_i64()).collect())
+    };
+    bobs.sort();
+    assert_eq!(bobs, before);
+
+    let erase = |id: i64| s.cli(&["erase", "--type", "contacts", "--id", &id.to_string()]);
+    let out = erase(ann);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not deleted"), "{out:?}");
+    c.call(crate::support::Req::new("DELETE", &format!("/contacts/{ann}")).json()).assert_status(200);
+    let out = erase(ann);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("erased contacts {ann}")));
+
+    c.get_json(&format!("/contacts/{ann}")).assert_status(404);
+    c.call(crate::support::Req::new("POST", &format!("/contacts/{ann}/restore")).json()).assert_status(404);
+    let related = |id: i64| -> Vec<i64> {
+        let r = c.get_json(&format!("/contacts/{id}")).json();
+        r["relateditems"].as_array().map_or(vec![], |a| a.iter().filter_map(|i| i["id"].as_i64()).collect())
+    };
+    assert_eq!(related(bob), vec![company], "Bob's link to Ann went with her");
+    c.get_json(&format!("/companies/{company}")).assert_status(200);
+    let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
+    let left: i64 = db
+        .query_row(
+            "SELECT (SELECT count(*) FROM items WHERE id = ?1 OR record_id = ?1)
+                  + (SELECT count(*) FROM item_categories WHERE item_id = ?1)
+                  + (SELECT count(*) FROM relations WHERE item = ?1 OR related = ?1)
+                  + (SELECT count(*) FROM field_values WHERE item = ?1)",
+            [ann],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(erase(ann).status.code(), Some(64), "erased twice");
+}
