@@ -349,3 +349,24 @@ fn databases_made_by_root_are_left_to_the_service_user() {
     assert_eq!(out.status.code(), Some(65), "{err}");
     assert!(err.contains("belongs to user 0") && err.contains("chown"), "{err}");
 }
+
+/// A command that makes the database (there was none) says where, and from which
+/// configuration: run in the wrong folder, it would otherwise seem to have changed the site.
+/// The first start then warns that no administrator can log in, when none of the users made
+/// that way is one.
+#[test]
+fn a_command_that_makes_the_database_says_so() {
+    let dir = test_dir("a_command_that_makes_the_database_says_so");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, BASE_CONFIG).unwrap();
+    let out = cli_with_config(&config, &["user", "add", "--email", "a@example.com", "--name", "A"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("made a new database at") && err.contains(&config.display().to_string()), "{err}");
+    let out = cli_with_config(&config, &["user", "add", "--email", "b@example.com", "--name", "B"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("made a new database"), "{out:?}");
+    let s = Service::launch(dir.clone(), config, &[]);
+    crate::support::wait_for("the warning of no administrator", || {
+        s.stderr().contains("no administrator can log in").then_some(())
+    });
+}
