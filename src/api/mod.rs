@@ -663,6 +663,8 @@ pub fn is_heavy(method: &Method, path: &str) -> bool {
     let one_item = match segments(path).as_slice() {
         [] | ["health" | "metrics" | "openapi.json"] | ["status", "page.js" | "page.css"] => true,
         ["_fault", "panic" | "hold"] => true,
+        // Bounded (`ALERT_LIST_MAX`), and what an alert panel polls: never behind a report.
+        ["alerts"] => true,
         ["hooks" | "devices"] => *method == Method::POST,
         ["hooks" | "devices", id] => is_id(id),
         ["alerts", id, "ack"] => is_id(id),
@@ -994,6 +996,7 @@ mod tests {
             (Method::POST, "/alerts/9/ack"),
             (Method::GET, "/health"),
             (Method::GET, "/metrics"),
+            (Method::GET, "/alerts"),
         ];
         for (method, path) in one_item {
             assert!(!is_heavy(&method, path), "{method} {path}");
