@@ -145,7 +145,11 @@ impl Metrics {
             ble_dropped.clone(),
         );
         let ble_rounds = Gauge::<i64, AtomicI64>::default();
-        registry.register("ble_scan_rounds", "BLE scan rounds begun or tried (1 + restarts; rising while scan is waiting for BlueZ or the adapter)", ble_rounds.clone());
+        registry.register(
+            "ble_scan_rounds",
+            "BLE scan rounds begun or tried (1 + restarts; rising while scan is waiting for BlueZ or the adapter)",
+            ble_rounds.clone(),
+        );
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let g = Gauge::<i64, AtomicI64>::default();
             registry.register(name, help, g.clone());

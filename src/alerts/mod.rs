@@ -128,8 +128,12 @@ impl Alerts {
     /// At start and after a site reload, when the engine starts over: a device heard within
     /// the away timeout and placed back in its zone within the away timeout from now raises
     /// no `enter` alert (it did not come in; the engine only placed it again).
-    pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64) {
-        for k in self.devices.values_mut() {
+    /// Devices `kept` in their zones (carried across a reload, no `enter` coming) stay as they are.
+    pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64, kept: &std::collections::HashSet<i64>) {
+        for (id, k) in self.devices.iter_mut() {
+            if kept.contains(id) {
+                continue;
+            }
             let present = k.last_seen_ms.is_some_and(|s| now_ms.saturating_sub(s) <= away_timeout_ms);
             k.resumed = k.zone.take().filter(|_| present).map(|z| (z, now_ms.saturating_add(away_timeout_ms)));
         }

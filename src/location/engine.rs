@@ -174,12 +174,13 @@ impl Walking {
     }
 }
 
+#[derive(Clone)]
 struct Link {
     /// (time, calibrated dBm), oldest first, within the window.
     readings: VecDeque<(i64, f32)>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct DeviceState {
     /// Per receiver, created on the first reading.
     links: Vec<Option<Link>>,
@@ -258,6 +259,50 @@ impl Engine {
             d.last_update_ms.iter_mut().for_each(at);
             at(&mut d.zone_since_ms);
         }
+    }
+
+    /// Takes over what `old` (the engine of the site map before a reload) knew of each device
+    /// it had placed in a zone that is still on the map: the zone, since when, and the
+    /// readings of receivers still on it (`zone_map`, `receiver_map`: old index to new). No
+    /// `enter` follows; the zone is kept until another is clearly better for long enough, as
+    /// any current zone is. (A fresh engine placed a device in whichever zone it heard first
+    /// and moved it a moment later: false `enter` alerts.) Returns (device, new zone).
+    pub fn carry(
+        &mut self,
+        old: &Engine,
+        zone_map: &[Option<usize>],
+        receiver_map: &[Option<usize>],
+    ) -> Vec<(usize, usize)> {
+        let receivers = self.receiver_zone.len();
+        // Which receivers are working, as the old engine heard them.
+        for (i, seen) in old.receiver_last_ms.iter().enumerate() {
+            if let Some(Some(j)) = receiver_map.get(i) {
+                self.receiver_last_ms[*j] = *seen;
+            }
+        }
+        let mut carried = Vec::new();
+        for (device, d) in old.devices.iter().enumerate().take(limits::LOCATION_DEVICES_MAX) {
+            let Some(zone) = d.zone.and_then(|z| zone_map.get(z).copied().flatten()) else { continue };
+            let mut links: Vec<Option<Link>> = vec![None; receivers];
+            for (i, link) in d.links.iter().enumerate() {
+                if let (Some(link), Some(Some(j))) = (link, receiver_map.get(i)) {
+                    links[*j] = Some(link.clone());
+                }
+            }
+            let challenger = d.challenger.and_then(|c| zone_map.get(c).copied().flatten());
+            if device >= self.devices.len() {
+                self.devices.resize_with(device + 1, DeviceState::default);
+            }
+            self.devices[device] = DeviceState {
+                links,
+                zone: Some(zone),
+                challenger,
+                evidence: if challenger.is_some() { d.evidence } else { 0.0 },
+                ..d.clone()
+            };
+            carried.push((device, zone));
+        }
+        carried
     }
 
     /// Forgets a device (its slot is given to another device later).

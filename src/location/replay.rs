@@ -42,6 +42,23 @@ impl Pipeline {
         Pipeline { site, registry, engine, counts: Counts::default(), next_tick_ms: None }
     }
 
+    /// Keeps the devices `old` (the pipeline of the site map before a reload) had placed in
+    /// the same zones of this one's map, matched by zone and receiver id; returns the device
+    /// keys kept, with their zone ids.
+    pub fn carry_placements(&mut self, old: &Pipeline) -> Vec<(i64, i64)> {
+        let zone_map: Vec<Option<usize>> =
+            old.site.zones.iter().map(|z| self.site.zones.iter().position(|n| n.id == z.id)).collect();
+        let receiver_map: Vec<Option<usize>> =
+            old.site.receivers.iter().map(|r| self.site.receivers.iter().position(|n| n.id == r.id)).collect();
+        let mut kept = Vec::new();
+        for (device, zone) in self.engine.carry(&old.engine, &zone_map, &receiver_map) {
+            if let (Some(key), Some(z)) = (self.registry.key(device), self.site.zones.get(zone)) {
+                kept.push((key, z.id));
+            }
+        }
+        kept
+    }
+
     /// One advert through the engine; returns what device it was, if any.
     pub fn advert(&mut self, a: &Advert, out: &mut Vec<Output>) -> Option<Heard> {
         self.counts.adverts += 1;

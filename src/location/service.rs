@@ -198,6 +198,37 @@ impl ClockSteps {
     }
 }
 
+/// Writes what the engine decided up to now, then publishes it and gives it to the rules
+/// (what the database refused is kept for the next write), and acts on what fired.
+fn flush(
+    store: &Store,
+    pipeline: &mut Pipeline,
+    pending: &mut Pending,
+    mut feed: Option<&mut Feed>,
+    alerts: &mut crate::alerts::Alerts,
+    fired: &mut Vec<crate::alerts::rules::Fired>,
+    outputs: &mut Vec<super::engine::Output>,
+) {
+    pipeline.tick_until(now_ms(), outputs);
+    pending.outputs(pipeline, outputs);
+    let batch = pending.take();
+    match store.write_location_batch(&batch) {
+        Ok(()) => {
+            if let Some(feed) = feed.as_deref_mut() {
+                feed.batch(store, &pipeline.site, &batch.events, now_ms());
+            }
+            alerts.batch(&batch.events, now_ms(), fired);
+        }
+        Err(e) => {
+            if !e.logged_once() {
+                log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
+            }
+            pending.put_back(batch);
+        }
+    }
+    alerts.act(store, feed, fired);
+}
+
 fn run(
     store: &Store,
     site: &SiteHandle,
@@ -218,7 +249,7 @@ fn run(
     alerts.restore(store);
     let mut fired = Vec::new();
     refresh_devices(store, feed.as_mut(), &mut alerts);
-    alerts.resume(now_ms(), away_timeout_ms);
+    alerts.resume(now_ms(), away_timeout_ms, &Default::default());
     if let Some(feed) = &mut feed {
         feed.restore(store, now_ms(), away_timeout_ms);
     }
@@ -296,24 +327,7 @@ fn run(
         }
         let stopping = stop.load(Ordering::SeqCst);
         if last_flush.elapsed() >= flush_every || stopping {
-            pipeline.tick_until(now_ms(), &mut outputs);
-            pending.outputs(&pipeline, &mut outputs);
-            let batch = pending.take();
-            match store.write_location_batch(&batch) {
-                Ok(()) => {
-                    if let Some(feed) = &mut feed {
-                        feed.batch(store, &pipeline.site, &batch.events, now_ms());
-                    }
-                    alerts.batch(&batch.events, now_ms(), &mut fired);
-                }
-                Err(e) => {
-                    if !e.logged_once() {
-                        log::warn!("location: cannot write what the engine decided (kept for the next write): {e}");
-                    }
-                    pending.put_back(batch);
-                }
-            }
-            alerts.act(store, feed.as_mut(), &mut fired);
+            flush(store, &mut pipeline, &mut pending, feed.as_mut(), &mut alerts, &mut fired, &mut outputs);
             let dropped = pending.take_dropped();
             if dropped > 0 {
                 log::warn!("location: {dropped} decisions and updates dropped: too many waiting for the database");
@@ -324,22 +338,33 @@ fn run(
             break;
         }
         if reload.swap(false, Ordering::SeqCst) {
-            // Every visit ends now; the devices enter their zones again under the new map.
-            pending.outputs(&pipeline, &mut outputs);
-            let _ = store.write_location_batch(&pending.take());
-            let _ = store.close_open_visits();
+            // What the old engine decided is written, published and given to the rules as
+            // any batch is (a battery report in it raised nothing when it was only written).
+            flush(store, &mut pipeline, &mut pending, feed.as_mut(), &mut alerts, &mut fired, &mut outputs);
             let state = current(site);
             alerts.set_rules(&state.rules);
-            // Devices the old engine had placed are placed again by the new one: no `enter`
-            // alerts for them, and those it does not place in time go offline on the feed.
-            let away_timeout_ms = i64::try_from(state.engine.away_timeout_ms).unwrap_or(i64::MAX);
-            alerts.resume(now_ms(), away_timeout_ms);
-            if let Some(feed) = &mut feed {
-                feed.resume(now_ms(), away_timeout_ms);
-            }
+            // The new engine starts with each device in the zone it was in, where that zone
+            // is still on the map (it placed them by whichever receiver it heard first, and
+            // moved them a moment later: false `enter` alerts, wrong `data` messages). Their
+            // visits go on; the others' end now, and they enter their zones again.
             let registry = std::mem::replace(&mut pipeline.registry, Registry::new(Vec::new()));
-            pipeline = Pipeline::new(state.site, registry, state.engine);
-            log::info!("location: the site map changed; zone state starts over");
+            let old = std::mem::replace(&mut pipeline, Pipeline::new(state.site, registry, state.engine));
+            let carried = pipeline.carry_placements(&old);
+            if let Err(e) = store.close_open_visits_except(&carried) {
+                log::warn!("location: cannot close the visits of devices not placed again: {e}");
+            }
+            // Those not carried over are placed again by the new engine: no `enter` alerts
+            // for them, and those it does not place in time go offline on the feed.
+            let kept: std::collections::HashSet<i64> = carried.iter().map(|(id, _)| *id).collect();
+            let away_timeout_ms = i64::try_from(pipeline.engine.settings().away_timeout_ms).unwrap_or(i64::MAX);
+            alerts.resume(now_ms(), away_timeout_ms, &kept);
+            if let Some(feed) = &mut feed {
+                feed.resume(now_ms(), away_timeout_ms, &kept);
+            }
+            log::info!(
+                "location: the site map changed; {} devices stay in their zones, the others are placed again",
+                kept.len()
+            );
         }
         if last_purge.is_none_or(|t| t.elapsed() >= Duration::from_secs(limits::LOCATION_PURGE_INTERVAL_S)) {
             let before = now_ms() - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX);

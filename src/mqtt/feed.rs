@@ -274,10 +274,12 @@ impl Feed {
     }
 
     /// After a site reload, when the engine starts over: devices online now go offline if
-    /// the new engine does not place them within the away timeout.
-    pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64) {
+    /// the new engine does not place them within the away timeout; those `kept` in their
+    /// zones (placed by the new engine as they were) stay online.
+    pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64, kept: &HashSet<i64>) {
         // Those still waiting from the start are online too: they wait anew.
-        self.restored = Some((now_ms.saturating_add(away_timeout_ms), self.online.clone()));
+        let pending = self.online.iter().filter(|id| !kept.contains(id)).copied().collect();
+        self.restored = Some((now_ms.saturating_add(away_timeout_ms), pending));
     }
 
     /// The wall clock was stepped by `by_ms`: the deadline for devices to be placed again

@@ -359,14 +359,26 @@ impl Store {
     /// Ends the visits still open at each device's last sighting (at start: the service
     /// stopped or crashed while devices were in zones; at shutdown).
     pub fn close_open_visits(&self) -> Result<usize> {
+        self.close_open_visits_except(&[])
+    }
+
+    /// As [`Store::close_open_visits`], but for the devices `kept` in their zones (device id,
+    /// zone id): placed again in the same zone across a site reload, their visits go on.
+    pub fn close_open_visits_except(&self, kept: &[(i64, i64)]) -> Result<usize> {
+        let kept = serde_json::to_string(kept).unwrap_or_else(|_| "[]".into());
         self.write(|tx| {
             let n = tx.exec(
                 "UPDATE visits SET exit_ms = (SELECT max(visits.enter_ms, coalesce(d.last_seen_ms, visits.enter_ms))
                                               FROM devices d WHERE d.id = visits.device_id)
-                 WHERE exit_ms IS NULL",
-                [],
+                 WHERE exit_ms IS NULL AND (device_id, zone_id) NOT IN
+                    (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
+                [&kept],
             )?;
-            tx.exec("UPDATE devices SET zone_id = NULL, zone_since_ms = last_seen_ms WHERE zone_id IS NOT NULL", [])?;
+            tx.exec(
+                "UPDATE devices SET zone_id = NULL, zone_since_ms = last_seen_ms WHERE zone_id IS NOT NULL
+                 AND (id, zone_id) NOT IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
+                [&kept],
+            )?;
             Ok(n)
         })
     }
