@@ -79,42 +79,52 @@ pub(super) fn alert_in(tx: &rusqlite::Connection, org: &str, id: i64) -> Result<
 }
 
 impl Store {
-    /// Records an alert; for an Alarm first a ticket for the contact (created by the
+    /// Records an alert; for an Alarm, with a ticket for the contact (created by the
     /// organisation's first administrator, flagged, urgent, related to the contact) through
-    /// the usual record path, so `items.create` fires for it. Returns the alert id and the
-    /// ticket id.
+    /// the usual record path, so `items.create` fires for it. Both in one write: one made in
+    /// a write of its own before the alert's left, killed between the two, a ticket for an
+    /// Alarm that was never recorded. Returns the alert id and the ticket id.
     pub fn create_alert(&self, a: &NewAlert<'_>, ticket_title: Option<&str>) -> Result<(i64, Option<i64>)> {
         let author = if ticket_title.is_some() { self.alarm_author(a.org)? } else { None };
-        let ticket = match (ticket_title, author) {
-            (Some(title), Some(author)) => {
-                let ticket = |related: Vec<(i64, String)>| {
-                    let mut fields = crate::model::FieldValues::new();
-                    fields.insert("title".into(), title.to_string());
-                    fields.insert("priority".into(), "urgent".into());
-                    fields.insert("status".into(), "open".into());
-                    let new = super::NewRecord {
-                        record_type: RecordType::Ticket,
-                        fields,
-                        ownership: None,
-                        flagged: true,
-                        categories_add: Vec::new(),
-                        related_add: related,
-                    };
-                    self.create_record(&author, new)
-                };
-                let related = a.contact_id.map(|c| vec![(c, "alert".to_string())]).unwrap_or_default();
-                match ticket(related) {
-                    Ok(id) => Some(id),
-                    // A contact deleted meanwhile: the ticket without it.
-                    Err(StoreError::BadReference(_)) => Some(ticket(Vec::new())?),
-                    Err(e) => return Err(e),
-                }
-            }
-            _ => None,
-        };
         // Warn and Alarm reach `alerts.create` webhooks, written with the alert.
         let notify = a.kind != "Monitor";
-        let id = self.write_emitting(|tx| {
+        self.write_emitting(|tx| {
+            let mut wrote = false;
+            let ticket = match (ticket_title, &author) {
+                (Some(title), Some(author)) => {
+                    let new = |related: Vec<(i64, String)>| {
+                        let mut fields = crate::model::FieldValues::new();
+                        fields.insert("title".into(), title.to_string());
+                        fields.insert("priority".into(), "urgent".into());
+                        fields.insert("status".into(), "open".into());
+                        super::NewRecord {
+                            record_type: RecordType::Ticket,
+                            fields,
+                            ownership: None,
+                            flagged: true,
+                            categories_add: Vec::new(),
+                            related_add: related,
+                        }
+                    };
+                    let related = a.contact_id.map(|c| vec![(c, "alert".to_string())]).unwrap_or_default();
+                    tx.execute_batch("SAVEPOINT ticket")?;
+                    let made = match self.insert_record(tx, author, new(related)) {
+                        Ok(made) => {
+                            tx.execute_batch("RELEASE ticket")?;
+                            made
+                        }
+                        // A contact deleted meanwhile: the ticket without it.
+                        Err(StoreError::BadReference(_)) => {
+                            tx.execute_batch("ROLLBACK TO ticket; RELEASE ticket")?;
+                            self.insert_record(tx, author, new(Vec::new()))?
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    wrote |= made.1;
+                    Some(made.0)
+                }
+                _ => None,
+            };
             tx.exec(
                 "INSERT INTO alerts (org, rule, type, device_id, deviceaddress, deviceid, contact_id, text, value,
                                      units, t_ms, ticket_id)
@@ -124,10 +134,9 @@ impl Store {
                 (a.org, a.rule, a.kind, a.device_id, a.contact_id, a.text, a.value, a.units, a.t_ms, ticket),
             )?;
             let id = tx.last_insert_rowid();
-            let wrote = notify && self.emit(tx, a.org, &[Event::AlertsCreate], Target::Alert(id))?;
-            Ok((id, wrote))
-        })?;
-        Ok((id, ticket))
+            wrote |= notify && self.emit(tx, a.org, &[Event::AlertsCreate], Target::Alert(id))?;
+            Ok(((id, ticket), wrote))
+        })
     }
 
     /// The organisation's first live administrator, as the author of alarm tickets.

@@ -233,6 +233,7 @@ fn visible(viewer: &Viewer, alias: &str) -> String {
 }
 
 impl Store {
+    #[cfg(test)]
     pub fn create_record(&self, viewer: &Viewer, new: NewRecord) -> Result<i64> {
         self.write_emitting(|tx| self.insert_record(tx, viewer, new))
     }
@@ -249,7 +250,7 @@ impl Store {
     }
 
     /// The new record's id, and whether a webhook delivery was queued.
-    fn insert_record(&self, tx: &Connection, viewer: &Viewer, new: NewRecord) -> Result<(i64, bool)> {
+    pub(super) fn insert_record(&self, tx: &Connection, viewer: &Viewer, new: NewRecord) -> Result<(i64, bool)> {
         let ownership = match new.ownership {
             Some(o) => o,
             // Without private records the default is the user's group, if they have one
