@@ -396,6 +396,11 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     }
     log::info!("shutting down");
     notifier.notify("STOPPING=1\nSTATUS=shutting down");
+    // Receivers' adverts are refused from now on; those taken go through the engine before
+    // it stops (below).
+    if let Some(ingest) = app.ingest.get() {
+        ingest.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     deliverer.begin_stop();
     // 1. Stop accepting; let each connection finish its request in flight (bounded grace).
     let _ = shutdown_tx.send(true);

@@ -325,7 +325,9 @@ fn run(
                 last_feed_refresh = Instant::now();
             }
         }
-        let stopping = stop.load(Ordering::SeqCst);
+        // Stopping: once the adverts already taken (acknowledged to their receivers) have
+        // been through the engine.
+        let stopping = stop.load(Ordering::SeqCst) && rx.is_empty();
         if last_flush.elapsed() >= flush_every || stopping {
             flush(store, &mut pipeline, &mut pending, feed.as_mut(), &mut alerts, &mut fired, &mut outputs);
             let dropped = pending.take_dropped();

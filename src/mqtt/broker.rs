@@ -474,6 +474,11 @@ impl Handler for HookHandler {
                     // (only receivers, and `open_topics` test setups, may publish there). Taken
                     // here rather than in a `MessagePublish` hook, which would cost every message
                     // a second call into the hook manager.
+                    if acl::is_ingest(&publish.topic) && h.ingest.closed.load(Ordering::SeqCst) {
+                        // Stopping: not acknowledged, and the receiver disconnected, rather than
+                        // acknowledged and never taken (a panic press lost at a restart).
+                        return (false, Some(HookResult::PublishAclResult(PublishAclResult::rejected(true, None))));
+                    }
                     if let Some(p) = principal.filter(|_| acl::is_ingest(&publish.topic)) {
                         // ... and to no subscriber: raw adverts carry the addresses of every phone
                         // that passes, and an `{org}/#` subscriber (an intercom) would have its

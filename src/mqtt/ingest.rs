@@ -105,6 +105,10 @@ pub struct Ingest {
     pub last_heard_ms: Mutex<HashMap<Arc<str>, i64>>,
     pub accepted: AtomicU64,
     pub rejected: AtomicU64,
+    /// Set when the service stops: receivers' adverts are refused from then on (their
+    /// clients are disconnected, so a QoS 1 advert is sent again to the next start), since
+    /// the engine would not take them.
+    pub closed: std::sync::atomic::AtomicBool,
 }
 
 impl Ingest {
@@ -115,6 +119,7 @@ impl Ingest {
             last_heard_ms: Mutex::new(HashMap::new()),
             accepted: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
