@@ -50,6 +50,8 @@ pub struct Metrics {
     pub webhook_failed: Gauge<i64, AtomicI64>,
     pub ble_scanning: Gauge<i64, AtomicI64>,
     pub ble_adverts: Gauge<i64, AtomicI64>,
+    pub ble_remote_adverts: Gauge<i64, AtomicI64>,
+    pub ble_remote_dropped: Gauge<i64, AtomicI64>,
     pub ble_dropped: Gauge<i64, AtomicI64>,
     pub ble_rounds: Gauge<i64, AtomicI64>,
     pub mqtt_connections: Gauge<i64, AtomicI64>,
@@ -137,7 +139,23 @@ impl Metrics {
         let ble_scanning = Gauge::<i64, AtomicI64>::default();
         registry.register("ble_scanning", "1 while the BLE adapter is scanning", ble_scanning.clone());
         let ble_adverts = Gauge::<i64, AtomicI64>::default();
-        registry.register("ble_adverts", "BLE adverts received since start", ble_adverts.clone());
+        registry.register(
+            "ble_adverts",
+            "BLE adverts received since start (this gateway's adapter)",
+            ble_adverts.clone(),
+        );
+        let ble_remote_adverts = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "ble_remote_adverts",
+            "Adverts taken from remote receivers (MQTT) since start",
+            ble_remote_adverts.clone(),
+        );
+        let ble_remote_dropped = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "ble_remote_adverts_dropped",
+            "Adverts of remote receivers not taken since start (engine queue full, or malformed)",
+            ble_remote_dropped.clone(),
+        );
         let ble_dropped = Gauge::<i64, AtomicI64>::default();
         registry.register(
             "ble_adverts_dropped",
@@ -189,6 +207,8 @@ impl Metrics {
             webhook_failed,
             ble_scanning,
             ble_adverts,
+            ble_remote_adverts,
+            ble_remote_dropped,
             ble_dropped,
             ble_rounds,
             mqtt_connections,

@@ -499,6 +499,13 @@ impl App {
         }
     }
 
+    /// Remote receivers' adverts taken and not taken since start.
+    fn remote_adverts(&self) -> (i64, i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = |v: &std::sync::atomic::AtomicU64| i64::try_from(v.load(Relaxed)).unwrap_or(i64::MAX);
+        self.ingest.get().map_or((0, 0), |i| (n(&i.accepted), n(&i.rejected)))
+    }
+
     /// The broker's state for /health.
     fn mqtt_out(&self) -> Out {
         use std::sync::atomic::Ordering::Relaxed;
@@ -542,6 +549,8 @@ impl App {
                 }),
             )
             .with("adverts", Out::Int(i64::try_from(s.adverts.load(Relaxed)).unwrap_or(i64::MAX)))
+            .with("remoteadverts", Out::Int(self.remote_adverts().0))
+            .with("remotedropped", Out::Int(self.remote_adverts().1))
             .with("receivers", self.receivers_out())
             .with("dropped", Out::Int(i64::try_from(s.dropped.load(Relaxed)).unwrap_or(i64::MAX)))
             .with(
@@ -599,6 +608,9 @@ impl App {
             self.metrics.ble_adverts.set(i64::try_from(s.adverts.load(Relaxed)).unwrap_or(i64::MAX));
             self.metrics.ble_dropped.set(i64::try_from(s.dropped.load(Relaxed)).unwrap_or(i64::MAX));
             self.metrics.ble_rounds.set(i64::try_from(s.rounds.load(Relaxed)).unwrap_or(i64::MAX));
+            let (remote, remote_dropped) = self.remote_adverts();
+            self.metrics.ble_remote_adverts.set(remote);
+            self.metrics.ble_remote_dropped.set(remote_dropped);
             let m = &self.mqtt;
             let n = |v: &std::sync::atomic::AtomicU64| i64::try_from(v.load(Relaxed)).unwrap_or(i64::MAX);
             self.metrics.mqtt_connections.set(m.connections.load(Relaxed));

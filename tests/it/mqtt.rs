@@ -314,6 +314,17 @@ fn remote_receivers_feed_the_engine() {
         assert!(!r["lastadvert"].as_str().unwrap().is_empty(), "{r}");
         assert_eq!(r["silent"], 0, "{r}");
     }
+    // Counted apart from the gateway's own adapter (which heard nothing), the unknown
+    // receiver's among those not taken.
+    assert_eq!(health["location"]["adverts"], 0, "{health}");
+    assert!(health["location"]["remoteadverts"].as_i64().unwrap() > 0, "{health}");
+    let refused = crate::support::wait_for("the unknown receiver's adverts counted", || {
+        let h = s.anonymous().get_json("/health").json();
+        (h["location"]["remotedropped"].as_i64().unwrap_or(0) > 0).then_some(h)
+    });
+    let metrics = s.anonymous().get("/metrics").body;
+    assert!(metrics.contains("sitegate_ble_remote_adverts "), "{metrics}");
+    assert!(refused["location"]["remotedropped"].as_i64().unwrap() > 0);
     let mut topics = Vec::new();
     while let Some(p) = everything.next_publish(Duration::from_secs(1)) {
         topics.push(p.topic);
