@@ -51,6 +51,13 @@ pub const SYSTEMD_START_EXTEND_MAX_MS: u64 = 6 * 60 * 60 * 1000;
 pub const CERT_EXPIRY_WARN_DAYS: i64 = 30;
 pub const CERT_CHECK_INTERVAL_S: u64 = 3_600;
 
+/// At start, alerts recorded and not published (the service stopped between the two) are
+/// published if they are at most this old, at most this many.
+pub const ALERT_REPUBLISH_WINDOW_MS: i64 = 10 * 60 * 1000;
+pub const ALERT_REPUBLISH_MAX: u32 = 200;
+/// ... that long after the start, for subscribers to connect again first.
+pub const ALERT_REPUBLISH_DELAY_MS: u64 = 5_000;
+
 /// Mistakes of a device list's lines named at once (`sitegate device import`).
 pub const DEVICE_IMPORT_ERRORS_SHOWN_MAX: usize = 50;
 

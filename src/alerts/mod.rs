@@ -44,6 +44,8 @@ struct Unrecorded {
     units: String,
     t_ms: i64,
     ticket_title: Option<String>,
+    /// Published already, or never to be.
+    published: bool,
 }
 
 impl Unrecorded {
@@ -58,6 +60,7 @@ impl Unrecorded {
             value: &self.value,
             units: &self.units,
             t_ms: self.t_ms,
+            published: self.published,
         };
         store.create_alert(&new, self.ticket_title.as_deref()).map(|(id, _)| id)
     }
@@ -243,6 +246,7 @@ impl Alerts {
         for f in fired.drain(..) {
             let rule = &self.eval.rules[f.rule];
             let Some(k) = self.devices.get(&f.device_id) else { continue };
+            let to_publish = rule.kind != AlertType::Monitor && feed.is_some();
             let alert = Unrecorded {
                 org: k.org.clone(),
                 rule: rule.id.clone(),
@@ -257,10 +261,15 @@ impl Alerts {
                     Some(name) => format!("Alarm: {} ({name})", rule.text),
                     None => format!("Alarm: {}", rule.text),
                 }),
+                published: !to_publish,
             };
             // Later alerts wait behind earlier ones that the database refused.
+            let mut recorded = None;
             match self.unrecorded.is_empty().then(|| alert.record(store)) {
-                Some(Ok(id)) => log::info!("alert {id}: {} {} (device {})", rule.kind.as_str(), rule.text, f.device_id),
+                Some(Ok(id)) => {
+                    log::info!("alert {id}: {} {} (device {})", rule.kind.as_str(), rule.text, f.device_id);
+                    recorded = Some(id);
+                }
                 Some(Err(e)) if self.unrecorded.len() < crate::limits::ALERT_UNRECORDED_MAX => {
                     log::warn!(
                         "alerts: cannot record {} for device {} yet (kept to record later): {e}",
@@ -278,31 +287,77 @@ impl Alerts {
                     self.unrecorded.len()
                 ),
             }
-            if rule.kind == AlertType::Monitor {
+            if !to_publish {
                 continue;
             }
             if let Some(feed) = feed.as_deref_mut() {
-                let state = match rule.condition {
-                    Condition::AlarmEvent => Some(crate::mqtt::feed::STATE_ALARM),
-                    Condition::BatteryBelow { .. } => Some(crate::mqtt::feed::STATE_LOW_BATTERY),
-                    _ => None,
-                };
-                let channel = match rule.condition {
-                    Condition::Enter(_) => "enter",
-                    Condition::NotSeen { .. } => "not_seen",
-                    Condition::BatteryBelow { .. } => "battery_low",
-                    Condition::AlarmEvent => "alarm",
-                };
-                let info = crate::mqtt::feed::AlertInfo {
-                    kind: rule.kind,
-                    channel,
-                    text: &rule.text,
-                    value: &f.value,
-                    units: &f.units,
-                    t_ms: f.t_ms,
-                };
-                feed.alert(store, f.device_id, &info, state);
+                publish(feed, store, rule, f.device_id, &f.value, &f.units, f.t_ms);
+                // Recorded: marked, so that the next start does not publish it again. Waiting
+                // to be recorded: it will be recorded as published.
+                match recorded {
+                    Some(id) => {
+                        if let Err(e) = store.alert_published(id) {
+                            log::warn!(
+                                "alerts: cannot note alert {id} as published (the next start publishes it again): {e}"
+                            );
+                        }
+                    }
+                    None => {
+                        if let Some(last) = self.unrecorded.last_mut() {
+                            last.published = true;
+                        }
+                    }
+                }
             }
         }
     }
+
+    /// At start: publishes the alerts recorded but not published when the service stopped
+    /// between the two (a kill), at most `ALERT_REPUBLISH_WINDOW_MS` old, as they were.
+    pub fn publish_unpublished(&self, store: &Store, feed: &mut Feed, now_ms: i64) {
+        let since = now_ms.saturating_sub(crate::limits::ALERT_REPUBLISH_WINDOW_MS);
+        let alerts = match store.unpublished_alerts(since, crate::limits::ALERT_REPUBLISH_MAX) {
+            Ok(alerts) => alerts,
+            Err(e) => {
+                log::warn!("alerts: cannot read the alerts not published before the stop: {e}");
+                return;
+            }
+        };
+        for a in alerts {
+            let kind = AlertType::parse(&a.kind).unwrap_or(AlertType::Warn);
+            // As its rule would publish it; a rule gone since publishes it with no state.
+            let rule = self.eval.rules.iter().find(|r| r.id == a.rule).cloned().unwrap_or_else(|| Rule {
+                id: a.rule.clone(),
+                kind,
+                condition: Condition::Enter(Vec::new()),
+                text: a.text.clone(),
+                tag_types: Vec::new(),
+                repeat_ms: 0,
+            });
+            let rule = Rule { kind, text: a.text.clone(), ..rule };
+            publish(feed, store, &rule, a.device_id, &a.value, &a.units, a.t_ms);
+            log::info!("alert {}: {} {} (device {}), published after the restart", a.id, a.kind, a.text, a.device_id);
+            if let Err(e) = store.alert_published(a.id) {
+                log::warn!("alerts: cannot note alert {} as published: {e}", a.id);
+            }
+        }
+    }
+}
+
+/// Publishes an alert of `rule` on the feed, with the device's state for alarm buttons and
+/// low batteries.
+fn publish(feed: &mut Feed, store: &Store, rule: &Rule, device_id: i64, value: &str, units: &str, t_ms: i64) {
+    let state = match rule.condition {
+        Condition::AlarmEvent => Some(crate::mqtt::feed::STATE_ALARM),
+        Condition::BatteryBelow { .. } => Some(crate::mqtt::feed::STATE_LOW_BATTERY),
+        _ => None,
+    };
+    let channel = match rule.condition {
+        Condition::Enter(_) => "enter",
+        Condition::NotSeen { .. } => "not_seen",
+        Condition::BatteryBelow { .. } => "battery_low",
+        Condition::AlarmEvent => "alarm",
+    };
+    let info = crate::mqtt::feed::AlertInfo { kind: rule.kind, channel, text: &rule.text, value, units, t_ms };
+    feed.alert(store, device_id, &info, state);
 }

@@ -261,7 +261,16 @@ fn run(
     let mut last_purge: Option<Instant> = None;
     let (mut purged_history, mut purged_alerts) = (0usize, 0usize);
     let mut clock = ClockSteps::new();
+    // Alerts recorded and not published before the stop go out a moment after the start,
+    // when subscribers that lost their connection with it have had time to come back.
+    let mut publish_unpublished_at = Some(Instant::now() + Duration::from_millis(limits::ALERT_REPUBLISH_DELAY_MS));
     loop {
+        if let (Some(feed), Some(at)) = (&mut feed, publish_unpublished_at)
+            && Instant::now() >= at
+        {
+            alerts.publish_unpublished(store, feed, now_ms());
+            publish_unpublished_at = None;
+        }
         let received = rx.recv_timeout(flush_every / 4);
         // Looked for after the wait, before what arrived is taken: an advert stamped after a
         // step meets the engine's times moved by it.

@@ -18,6 +18,9 @@ pub struct NewAlert<'a> {
     pub value: &'a str,
     pub units: &'a str,
     pub t_ms: i64,
+    /// Whether it is published already (or never will be: a Monitor, no feed); else it
+    /// waits for [`Store::alert_published`] or, after a stop, the next start.
+    pub published: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -127,11 +130,23 @@ impl Store {
             };
             tx.exec(
                 "INSERT INTO alerts (org, rule, type, device_id, deviceaddress, deviceid, contact_id, text, value,
-                                     units, t_ms, ticket_id)
+                                     units, t_ms, ticket_id, published)
                  SELECT ?1, ?2, ?3, ?4, coalesce(d.deviceaddress, ''), coalesce(d.deviceid, ''), ?5, ?6, ?7,
-                        ?8, ?9, ?10
+                        ?8, ?9, ?10, ?11
                  FROM (SELECT 1) LEFT JOIN devices d ON d.id = ?4",
-                (a.org, a.rule, a.kind, a.device_id, a.contact_id, a.text, a.value, a.units, a.t_ms, ticket),
+                (
+                    a.org,
+                    a.rule,
+                    a.kind,
+                    a.device_id,
+                    a.contact_id,
+                    a.text,
+                    a.value,
+                    a.units,
+                    a.t_ms,
+                    ticket,
+                    a.published,
+                ),
             )?;
             let id = tx.last_insert_rowid();
             wrote |= notify && self.emit(tx, a.org, &[Event::AlertsCreate], Target::Alert(id))?;
@@ -185,6 +200,32 @@ impl Store {
             let mut stmt = tx.prepare_cached(&sql)?;
             let rows = stmt.query_map((org, all, kind, limit), alert_from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// The alert went out on the feed.
+    pub fn alert_published(&self, id: i64) -> Result<()> {
+        self.write(|tx| {
+            tx.exec("UPDATE alerts SET published = 1 WHERE id = ?1", [id])?;
+            Ok(())
+        })
+    }
+
+    /// Alerts recorded and not published (the service stopped between the two), oldest
+    /// first: those since `since_ms`, at most `limit`; older ones count as published from now
+    /// on (news too old to sound now).
+    pub fn unpublished_alerts(&self, since_ms: i64, limit: u32) -> Result<Vec<StoredAlert>> {
+        self.write(|tx| {
+            let sql = format!(
+                "SELECT {ALERT_COLUMNS} FROM alerts a LEFT JOIN items c ON c.id = a.contact_id
+                 WHERE a.published = 0 AND a.t_ms >= ?1 ORDER BY a.id LIMIT ?2"
+            );
+            let rows = tx
+                .prepare(&sql)?
+                .query_map((since_ms, limit), alert_from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            tx.exec("UPDATE alerts SET published = 1 WHERE published = 0 AND t_ms < ?1", [since_ms])?;
+            Ok(rows)
         })
     }
 
@@ -261,7 +302,18 @@ mod tests {
 
     /// An alert of organisation `o`'s device 1.
     fn alert(kind: &'static str, t_ms: i64) -> NewAlert<'static> {
-        NewAlert { org: "o", rule: "r", kind, device_id: 1, contact_id: None, text: "t", value: "", units: "", t_ms }
+        NewAlert {
+            org: "o",
+            rule: "r",
+            kind,
+            device_id: 1,
+            contact_id: None,
+            text: "t",
+            value: "",
+            units: "",
+            t_ms,
+            published: true,
+        }
     }
 
     /// An open Alarm stays listed however many newer alerts of other types there are: by type

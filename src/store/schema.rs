@@ -345,4 +345,9 @@ UPDATE alerts SET
     r#"
 ALTER TABLE indexed_fields ADD COLUMN filled_to INTEGER;
 "#,
+    // 12: whether an alert went out on the feed: one recorded and not published (the service
+    // stopped between the two) is published at the next start. Those before: published.
+    r#"
+ALTER TABLE alerts ADD COLUMN published INTEGER NOT NULL DEFAULT 1;
+"#,
 ];
