@@ -257,14 +257,16 @@ fn a_deleted_record_is_erased_for_good() {
     // The job title joins the index of field values.
     assert_eq!(c.list_ids("/contacts?searchmode=Sjobtitle&searchvalue=engin"), vec![ann]);
 
+    let related = |id: i64| -> Vec<i64> {
+        let r = c.get_json(&format!("/contacts/{id}")).json();
+        let mut ids: Vec<i64> =
+            r["relateditems"].as_array().map_or(vec![], |a| a.iter().filter_map(|i| i["id"].as_i64()).collect());
+        ids.sort();
+        ids
+    };
     let mut before = vec![ann, company];
     before.sort();
-    let mut bobs: Vec<i64> = {
-        let r = c.get_json(&format!("/contacts/{bob}")).json();
-        r["relateditems"].as_array().map_or(vec![], |a| a.iter().filter_map(|i| i["id"].as_i64()).collect())
-    };
-    bobs.sort();
-    assert_eq!(bobs, before);
+    assert_eq!(related(bob), before);
 
     let erase = |id: i64| s.cli(&["erase", "--type", "contacts", "--id", &id.to_string()]);
     let out = erase(ann);
@@ -277,10 +279,6 @@ fn a_deleted_record_is_erased_for_good() {
 
     c.get_json(&format!("/contacts/{ann}")).assert_status(404);
     c.call(crate::support::Req::new("POST", &format!("/contacts/{ann}/restore")).json()).assert_status(404);
-    let related = |id: i64| -> Vec<i64> {
-        let r = c.get_json(&format!("/contacts/{id}")).json();
-        r["relateditems"].as_array().map_or(vec![], |a| a.iter().filter_map(|i| i["id"].as_i64()).collect())
-    };
     assert_eq!(related(bob), vec![company], "Bob's link to Ann went with her");
     c.get_json(&format!("/companies/{company}")).assert_status(200);
     let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
