@@ -91,15 +91,19 @@ impl Pool {
         let (heavy_tx, heavy_rx) = crossbeam_channel::bounded::<Job>(queue_depth_max);
         let waiting = Arc::new(AtomicUsize::new(0));
         let mut threads = Vec::with_capacity(workers);
+        // With a worker kept for requests of one item, the others take the heavy lane first:
+        // only they take it. With none kept (`heavy_workers` = `workers`, small sites), each
+        // takes the lanes in turn, so that a stream of expensive requests cannot hold the
+        // others back for good.
+        let keeps_one = heavy_workers < workers;
         for i in 0..workers {
             let takes_heavy = i < heavy_workers;
             let (quick_rx, heavy_rx) = (quick_rx.clone(), heavy_rx.clone());
             let app = Arc::clone(&app);
             let waiting = Arc::clone(&waiting);
             let handle = std::thread::Builder::new().name(format!("http-worker-{i}")).spawn(move || {
-                // The heavy lane first: only these workers take it, so it is not left behind
-                // requests of one item that the other workers take too.
-                let lanes: Vec<&Receiver<Job>> = if takes_heavy { vec![&heavy_rx, &quick_rx] } else { vec![&quick_rx] };
+                let mut lanes: Vec<&Receiver<Job>> =
+                    if takes_heavy { vec![&heavy_rx, &quick_rx] } else { vec![&quick_rx] };
                 // Whether this worker made a large answer since it last gave memory back.
                 let mut release_pending = false;
                 loop {
@@ -107,7 +111,12 @@ impl Pool {
                     // system (busy, the worker reuses it; giving back costs milliseconds).
                     let idle = release_pending.then(|| Duration::from_millis(crate::limits::WORKER_RELEASE_IDLE_MS));
                     let job = match next_job(&lanes, idle) {
-                        Next::Job(job) => job,
+                        Next::Job(job) => {
+                            if takes_heavy && !keeps_one {
+                                lanes.rotate_left(1);
+                            }
+                            job
+                        }
                         Next::Idle => {
                             release_pending = false;
                             crate::release_freed_memory();

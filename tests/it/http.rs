@@ -485,3 +485,34 @@ fn an_expired_or_expiring_certificate_is_warned_of() {
         (log.contains("`http.tls_cert`") && log.contains("expired on 2020-01-01")).then_some(())
     });
 }
+
+/// With no worker kept for requests of one item (here the only one), the worker takes the
+/// lanes in turn: a request of one item waiting behind an expensive one runs before the
+/// next expensive one, and a stream of those cannot hold it back for good.
+#[test]
+fn with_one_worker_the_lanes_take_turns() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 1\nread_time_max_ms = 3000");
+    let s = Service::start_with(
+        "with_one_worker_the_lanes_take_turns",
+        Options { config: &config, env: vec![("SITEGATE_FAULT_INJECTION", "1")] },
+    );
+    let c = s.admin_client();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let slow = || {
+        let (c, done) = (s.admin_client(), std::sync::Arc::clone(&done));
+        let held = std::thread::spawn(move || {
+            let r = c.get_json("/_fault/slowread");
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        held
+    };
+    let held = [slow(), slow()];
+    c.get_json("/health").assert_status(200);
+    let done_then = done.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(done_then < 2, "the request of one item waited for both expensive ones");
+    for h in held {
+        assert_eq!(h.join().unwrap().status, 503);
+    }
+}
