@@ -15,7 +15,7 @@ use rules::{AlertType, Condition, DeviceFacts, Evaluator, Fired, Rule};
 
 use crate::location::beacon::Advert;
 use crate::location::site::Site;
-use crate::mqtt::feed::Feed;
+use crate::mqtt::feed::{AlertInfo, Feed};
 use crate::store::{LocationEvent, NewAlert, Store, StoredDevice};
 
 struct Known {
@@ -291,7 +291,15 @@ impl Alerts {
                 continue;
             }
             if let Some(feed) = feed.as_deref_mut() {
-                publish(feed, store, rule, f.device_id, &f.value, &f.units, f.t_ms);
+                let info = AlertInfo {
+                    kind: rule.kind,
+                    channel: "",
+                    text: &rule.text,
+                    value: &f.value,
+                    units: &f.units,
+                    t_ms: f.t_ms,
+                };
+                publish(feed, store, f.device_id, info, Some(&rule.condition));
                 // Recorded: marked, so that the next start does not publish it again. Waiting
                 // to be recorded: it will be recorded as published.
                 match recorded {
@@ -324,18 +332,18 @@ impl Alerts {
             }
         };
         for a in alerts {
-            let kind = AlertType::parse(&a.kind).unwrap_or(AlertType::Warn);
-            // As its rule would publish it; a rule gone since publishes it with no state.
-            let rule = self.eval.rules.iter().find(|r| r.id == a.rule).cloned().unwrap_or_else(|| Rule {
-                id: a.rule.clone(),
-                kind,
-                condition: Condition::Enter(Vec::new()),
-                text: a.text.clone(),
-                tag_types: Vec::new(),
-                repeat_ms: 0,
-            });
-            let rule = Rule { kind, text: a.text.clone(), ..rule };
-            publish(feed, store, &rule, a.device_id, &a.value, &a.units, a.t_ms);
+            let info = AlertInfo {
+                kind: AlertType::parse(&a.kind).unwrap_or(AlertType::Warn),
+                channel: "",
+                text: &a.text,
+                value: &a.value,
+                units: &a.units,
+                t_ms: a.t_ms,
+            };
+            // As its rule would publish it; a rule gone since publishes it with no channel
+            // and no state.
+            let condition = self.eval.rules.iter().find(|r| r.id == a.rule).map(|r| &r.condition);
+            publish(feed, store, a.device_id, info, condition);
             log::info!("alert {}: {} {} (device {}), published after the restart", a.id, a.kind, a.text, a.device_id);
             if let Err(e) = store.alert_published(a.id) {
                 log::warn!("alerts: cannot note alert {} as published: {e}", a.id);
@@ -344,20 +352,15 @@ impl Alerts {
     }
 }
 
-/// Publishes an alert of `rule` on the feed, with the device's state for alarm buttons and
-/// low batteries.
-fn publish(feed: &mut Feed, store: &Store, rule: &Rule, device_id: i64, value: &str, units: &str, t_ms: i64) {
-    let state = match rule.condition {
-        Condition::AlarmEvent => Some(crate::mqtt::feed::STATE_ALARM),
-        Condition::BatteryBelow { .. } => Some(crate::mqtt::feed::STATE_LOW_BATTERY),
-        _ => None,
+/// Publishes an alert on the feed, its channel that of the rule's condition, with the
+/// device's state for alarm buttons and low batteries.
+fn publish(feed: &mut Feed, store: &Store, device_id: i64, info: AlertInfo<'_>, condition: Option<&Condition>) {
+    let (channel, state) = match condition {
+        Some(Condition::Enter(_)) => ("enter", None),
+        Some(Condition::NotSeen { .. }) => ("not_seen", None),
+        Some(Condition::BatteryBelow { .. }) => ("battery_low", Some(crate::mqtt::feed::STATE_LOW_BATTERY)),
+        Some(Condition::AlarmEvent) => ("alarm", Some(crate::mqtt::feed::STATE_ALARM)),
+        None => ("", None),
     };
-    let channel = match rule.condition {
-        Condition::Enter(_) => "enter",
-        Condition::NotSeen { .. } => "not_seen",
-        Condition::BatteryBelow { .. } => "battery_low",
-        Condition::AlarmEvent => "alarm",
-    };
-    let info = crate::mqtt::feed::AlertInfo { kind: rule.kind, channel, text: &rule.text, value, units, t_ms };
-    feed.alert(store, device_id, &info, state);
+    feed.alert(store, device_id, &AlertInfo { channel, ..info }, state);
 }

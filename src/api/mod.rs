@@ -539,6 +539,7 @@ impl App {
         use std::sync::atomic::Ordering::Relaxed;
         let s = &self.scan;
         let last = s.last_advert_ms.load(Relaxed);
+        let remote = self.remote_adverts();
         Out::map()
             .with(
                 "scan",
@@ -549,8 +550,8 @@ impl App {
                 }),
             )
             .with("adverts", Out::Int(i64::try_from(s.adverts.load(Relaxed)).unwrap_or(i64::MAX)))
-            .with("remoteadverts", Out::Int(self.remote_adverts().0))
-            .with("remotedropped", Out::Int(self.remote_adverts().1))
+            .with("remoteadverts", Out::Int(remote.0))
+            .with("remotedropped", Out::Int(remote.1))
             .with("receivers", self.receivers_out())
             .with("dropped", Out::Int(i64::try_from(s.dropped.load(Relaxed)).unwrap_or(i64::MAX)))
             .with(

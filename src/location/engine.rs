@@ -180,7 +180,7 @@ struct Link {
     readings: VecDeque<(i64, f32)>,
 }
 
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct DeviceState {
     /// Per receiver, created on the first reading.
     links: Vec<Option<Link>>,
@@ -295,10 +295,14 @@ impl Engine {
             }
             self.devices[device] = DeviceState {
                 links,
+                last_ms: d.last_ms,
                 zone: Some(zone),
                 challenger,
                 evidence: if challenger.is_some() { d.evidence } else { 0.0 },
-                ..d.clone()
+                last_eval_ms: d.last_eval_ms,
+                last_update_ms: d.last_update_ms,
+                zone_last_signal: d.zone_last_signal,
+                zone_since_ms: d.zone_since_ms,
             };
             carried.push((device, zone));
         }

@@ -254,16 +254,7 @@ fn sigterm_stops_the_service_cleanly() {
 fn https_serves_the_same_api() {
     let dir = crate::support::test_dir("https_serves_the_same_api_certs");
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-    std::fs::write(dir.join("server.crt"), ck.cert.pem()).unwrap();
-    std::fs::write(dir.join("server.key"), ck.signing_key.serialize_pem()).unwrap();
-    let config = BASE_CONFIG.replace(
-        "workers = 2",
-        &format!(
-            "workers = 2\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"",
-            dir.join("server.crt").display(),
-            dir.join("server.key").display()
-        ),
-    );
+    let config = https_config(&dir, &ck.cert.pem(), &ck.signing_key.serialize_pem());
     let s = Service::start_with("https_serves_the_same_api", Options { config: &config, env: vec![] });
     let https: std::net::SocketAddr = s
         .ready_line
@@ -431,18 +422,7 @@ fn requests_of_one_item_pass_expensive_ones() {
     );
     let c = s.admin_client();
     let id = c.post_json("/contacts", r#"{"firstname": "Ada"}"#).json()["item"]["id"].as_i64().unwrap();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let slow = || {
-        let (c, done) = (s.admin_client(), std::sync::Arc::clone(&done));
-        let held = std::thread::spawn(move || {
-            let r = c.get_json("/_fault/slowread");
-            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            r
-        });
-        std::thread::sleep(Duration::from_millis(200));
-        held
-    };
-    let held = [slow(), slow()];
+    let (done, held) = two_slow_reads(&s);
     let shown = c.get_json(&format!("/contacts/{id}"));
     let made = c.post_json("/contacts", r#"{"firstname": "Grace"}"#);
     let done_then = done.load(std::sync::atomic::Ordering::SeqCst);
@@ -466,16 +446,7 @@ fn an_expired_or_expiring_certificate_is_warned_of() {
     let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
     params.not_before = rcgen::date_time_ymd(2019, 1, 1);
     params.not_after = rcgen::date_time_ymd(2020, 1, 1);
-    std::fs::write(dir.join("server.crt"), params.self_signed(&key).unwrap().pem()).unwrap();
-    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
-    let config = BASE_CONFIG.replace(
-        "workers = 2",
-        &format!(
-            "workers = 2\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"",
-            dir.join("server.crt").display(),
-            dir.join("server.key").display()
-        ),
-    );
+    let config = https_config(&dir, &params.self_signed(&key).unwrap().pem(), &key.serialize_pem());
     let s = Service::start_with(
         "an_expired_or_expiring_certificate_is_warned_of",
         Options { config: &config, env: vec![] },
@@ -497,6 +468,34 @@ fn with_one_worker_the_lanes_take_turns() {
         Options { config: &config, env: vec![("SITEGATE_FAULT_INJECTION", "1")] },
     );
     let c = s.admin_client();
+    let (done, held) = two_slow_reads(&s);
+    c.get_json("/health").assert_status(200);
+    let done_then = done.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(done_then < 2, "the request of one item waited for both expensive ones");
+    for h in held {
+        assert_eq!(h.join().unwrap().status, 503);
+    }
+}
+
+/// The configuration of a service that also serves HTTPS, with this certificate and key.
+fn https_config(dir: &std::path::Path, cert_pem: &str, key_pem: &str) -> String {
+    std::fs::write(dir.join("server.crt"), cert_pem).unwrap();
+    std::fs::write(dir.join("server.key"), key_pem).unwrap();
+    BASE_CONFIG.replace(
+        "workers = 2",
+        &format!(
+            "workers = 2\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"",
+            dir.join("server.crt").display(),
+            dir.join("server.key").display()
+        ),
+    )
+}
+
+/// Two `/_fault/slowread` requests, each from its own client, the second sent 200 ms after the
+/// first; how many have been answered, and their threads.
+fn two_slow_reads(
+    s: &Service,
+) -> (std::sync::Arc<std::sync::atomic::AtomicUsize>, [std::thread::JoinHandle<crate::support::Resp>; 2]) {
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let slow = || {
         let (c, done) = (s.admin_client(), std::sync::Arc::clone(&done));
@@ -509,10 +508,5 @@ fn with_one_worker_the_lanes_take_turns() {
         held
     };
     let held = [slow(), slow()];
-    c.get_json("/health").assert_status(200);
-    let done_then = done.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(done_then < 2, "the request of one item waited for both expensive ones");
-    for h in held {
-        assert_eq!(h.join().unwrap().status, 503);
-    }
+    (done, held)
 }
