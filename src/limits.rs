@@ -451,6 +451,9 @@ pub const ALERT_RULES_MAX: usize = 200;
 
 /// A rule fires at most once per device in this many seconds (`repeat_s`).
 pub const ALERT_REPEAT_S_DEFAULT: u64 = 300;
+/// A panic button's flag raised again this long after it was last seen raised is a new
+/// press, also when the alarm of the one before was acknowledged while it was held down.
+pub const ALERT_ALARM_RELEASE_MS: i64 = 15_000;
 
 /// (rule, device) pairs whose last alert time is remembered for the rate limit.
 pub const ALERT_STATE_ENTRIES_MAX: usize = 100_000;

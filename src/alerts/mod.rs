@@ -3,15 +3,17 @@
 //! batch the engine writes). Monitor: recorded. Warn: recorded and published on
 //! `{org}/{deviceId}/alert` (with a short WAV tone for intercoms). Alarm: as Warn, and a
 //! ticket is created for the contact. `GET /alerts` lists them, `POST /alerts/{id}/ack`
-//! acknowledges one.
+//! acknowledges one. An alarm (a rule on a panic button's flag) stays open until then: the
+//! location thread looks for acknowledgements once a second while one is open, then gives the
+//! device's feed state back and lets the next press through at once.
 
 pub mod audio;
 pub mod rules;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use rules::{AlertType, Condition, DeviceFacts, Evaluator, Fired, Rule};
+use rules::{AlertType, CHANNEL_ALARM, Condition, DeviceFacts, Evaluator, Fired, Rule};
 
 use crate::location::beacon::Advert;
 use crate::location::site::Site;
@@ -42,6 +44,7 @@ struct Unrecorded {
     text: String,
     value: String,
     units: String,
+    channel: &'static str,
     t_ms: i64,
     ticket_title: Option<String>,
     /// Published already, or never to be.
@@ -59,6 +62,7 @@ impl Unrecorded {
             text: &self.text,
             value: &self.value,
             units: &self.units,
+            channel: self.channel,
             t_ms: self.t_ms,
             published: self.published,
         };
@@ -72,11 +76,27 @@ pub struct Alerts {
     devices: HashMap<i64, Known>,
     /// Oldest first, up to `ALERT_UNRECORDED_MAX`.
     unrecorded: Vec<Unrecorded>,
+    /// Devices with an alarm nobody has acknowledged (as the database said at the last look,
+    /// and those raised since).
+    open_alarms: HashSet<i64>,
+    /// When each device's alarm flag was last seen raised.
+    flag_ms: HashMap<i64, i64>,
+    /// Devices whose alarm was acknowledged while their flag was still raised: that press
+    /// raises nothing more; the flag seen lowered, or raised again after
+    /// `ALERT_ALARM_RELEASE_MS` without, is a new press.
+    held: HashSet<i64>,
 }
 
 impl Alerts {
     pub fn new(rules: Arc<Vec<Rule>>) -> Alerts {
-        Alerts { eval: Evaluator::new(rules.as_ref().clone()), devices: HashMap::new(), unrecorded: Vec::new() }
+        Alerts {
+            eval: Evaluator::new(rules.as_ref().clone()),
+            devices: HashMap::new(),
+            unrecorded: Vec::new(),
+            open_alarms: HashSet::new(),
+            flag_ms: HashMap::new(),
+            held: HashSet::new(),
+        }
     }
 
     pub fn set_rules(&mut self, rules: &[Rule]) {
@@ -100,6 +120,66 @@ impl Alerts {
                 }
             }
             Err(e) => log::warn!("alerts: cannot read when rules last fired: {e}"),
+        }
+        // An alarm acknowledged before the stop holds back no press after the start.
+        match store.open_alarm_devices() {
+            Ok(open) => {
+                let alarmed: HashSet<i64> = self
+                    .eval
+                    .fired()
+                    .filter(|(rule, _, _)| {
+                        self.eval.rules.iter().any(|r| r.id == *rule && r.condition == Condition::AlarmEvent)
+                    })
+                    .map(|(_, device, _)| device)
+                    .collect();
+                for device in alarmed.difference(&open) {
+                    self.eval.forget_alarms(*device);
+                }
+                self.open_alarms = open;
+            }
+            Err(e) => log::warn!("alerts: cannot read the open alarms: {e}"),
+        }
+    }
+
+    /// Looks for acknowledged alarms (while any is open): the device's alarm state on the feed
+    /// goes back to online (offline if it is not placed), and its next press raises an alarm
+    /// however soon it comes.
+    pub fn acks(&mut self, store: &Store, feed: Option<&mut Feed>, now_ms: i64) {
+        if self.open_alarms.is_empty() {
+            return;
+        }
+        let open = match store.open_alarm_devices() {
+            Ok(open) => open,
+            Err(e) => {
+                if !e.logged_once() {
+                    log::warn!("alerts: cannot look for acknowledged alarms: {e}");
+                }
+                return;
+            }
+        };
+        // An alarm waiting to be recorded is open too.
+        let waiting: HashSet<i64> =
+            self.unrecorded.iter().filter(|u| u.channel == CHANNEL_ALARM).map(|u| u.device_id).collect();
+        let acked: Vec<i64> =
+            self.open_alarms.iter().filter(|d| !open.contains(d) && !waiting.contains(d)).copied().collect();
+        self.open_alarms = open;
+        self.open_alarms.extend(waiting);
+        let mut feed = feed;
+        for device in acked {
+            self.eval.forget_alarms(device);
+            // Still pressed (raised in an advert within the release time): that press is
+            // the one acknowledged.
+            let pressed = self
+                .flag_ms
+                .get(&device)
+                .is_some_and(|t| now_ms.saturating_sub(*t) < crate::limits::ALERT_ALARM_RELEASE_MS);
+            if pressed {
+                self.held.insert(device);
+            }
+            log::info!("alerts: the alarms of device {device} are acknowledged");
+            if let Some(feed) = feed.as_deref_mut() {
+                feed.alarm_acked(store, device, now_ms);
+            }
         }
     }
 
@@ -126,6 +206,8 @@ impl Alerts {
                 )
             })
             .collect();
+        self.flag_ms.retain(|id, _| self.devices.contains_key(id));
+        self.held.retain(|id| self.devices.contains_key(id));
     }
 
     /// At start and after a site reload, when the engine starts over: a device heard within
@@ -154,6 +236,9 @@ impl Alerts {
                 *until = until.saturating_add(by_ms);
             }
         }
+        for t in self.flag_ms.values_mut() {
+            *t = t.saturating_add(by_ms);
+        }
     }
 
     fn facts(&self, device_id: i64) -> Option<DeviceFacts> {
@@ -166,10 +251,20 @@ impl Alerts {
             return;
         }
         let Some(f) = self.facts(device_id) else { return };
-        let flag = f.tagtype.and_then(|t| site.tag_type(t)).and_then(|t| t.alarm);
-        if flag.is_some_and(|flag| flag.raised(a)) {
-            self.eval.alarm_event(f, a.t_ms, out);
+        let Some(flag) = f.tagtype.and_then(|t| site.tag_type(t)).and_then(|t| t.alarm) else { return };
+        if !flag.raised(a) {
+            self.held.remove(&device_id);
+            return;
         }
+        let last = self.flag_ms.insert(device_id, a.t_ms);
+        if self.held.contains(&device_id) {
+            // The acknowledged press, still held down (or its adverts still coming).
+            if last.is_some_and(|t| (0..crate::limits::ALERT_ALARM_RELEASE_MS).contains(&(a.t_ms - t))) {
+                return;
+            }
+            self.held.remove(&device_id);
+        }
+        self.eval.alarm_event(f, a.t_ms, out);
     }
 
     /// What a written batch means for the rules, and who has not been heard for too long.
@@ -256,6 +351,7 @@ impl Alerts {
                 text: rule.text.clone(),
                 value: f.value.clone(),
                 units: f.units.clone(),
+                channel: rule.condition.channel(),
                 t_ms: f.t_ms,
                 ticket_title: (rule.kind == AlertType::Alarm).then(|| match &k.contact_name {
                     Some(name) => format!("Alarm: {} ({name})", rule.text),
@@ -287,11 +383,15 @@ impl Alerts {
                     self.unrecorded.len()
                 ),
             }
+            if rule.condition == Condition::AlarmEvent {
+                self.open_alarms.insert(f.device_id);
+            }
             if !to_publish {
                 continue;
             }
             if let Some(feed) = feed.as_deref_mut() {
                 let info = AlertInfo {
+                    id: recorded,
                     kind: rule.kind,
                     channel: "",
                     text: &rule.text,
@@ -333,6 +433,7 @@ impl Alerts {
         };
         for a in alerts {
             let info = AlertInfo {
+                id: Some(a.id),
                 kind: AlertType::parse(&a.kind).unwrap_or(AlertType::Warn),
                 channel: "",
                 text: &a.text,
@@ -355,12 +456,11 @@ impl Alerts {
 /// Publishes an alert on the feed, its channel that of the rule's condition, with the
 /// device's state for alarm buttons and low batteries.
 fn publish(feed: &mut Feed, store: &Store, device_id: i64, info: AlertInfo<'_>, condition: Option<&Condition>) {
-    let (channel, state) = match condition {
-        Some(Condition::Enter(_)) => ("enter", None),
-        Some(Condition::NotSeen { .. }) => ("not_seen", None),
-        Some(Condition::BatteryBelow { .. }) => ("battery_low", Some(crate::mqtt::feed::STATE_LOW_BATTERY)),
-        Some(Condition::AlarmEvent) => ("alarm", Some(crate::mqtt::feed::STATE_ALARM)),
-        None => ("", None),
+    let state = match condition {
+        Some(Condition::BatteryBelow { .. }) => Some(crate::mqtt::feed::STATE_LOW_BATTERY),
+        Some(Condition::AlarmEvent) => Some(crate::mqtt::feed::STATE_ALARM),
+        _ => None,
     };
+    let channel = condition.map_or("", Condition::channel);
     feed.alert(store, device_id, &AlertInfo { channel, ..info }, state);
 }

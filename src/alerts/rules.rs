@@ -50,6 +50,23 @@ pub enum Condition {
     AlarmEvent,
 }
 
+impl Condition {
+    /// What the condition watches, as the alert message's `channel` says (the `when` of
+    /// config.toml).
+    pub fn channel(&self) -> &'static str {
+        match self {
+            Condition::Enter(_) => "enter",
+            Condition::NotSeen { .. } => "not_seen",
+            Condition::BatteryBelow { .. } => "battery_low",
+            Condition::AlarmEvent => CHANNEL_ALARM,
+        }
+    }
+}
+
+/// The channel of alarm rules: their alerts stay open until acknowledged, and hold the
+/// device's `alarm` state on the feed until then.
+pub const CHANNEL_ALARM: &str = "alarm";
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rule {
     pub id: String,
@@ -257,6 +274,13 @@ impl Evaluator {
         for t in self.last.values_mut() {
             *t = t.saturating_add(by_ms);
         }
+    }
+
+    /// Forgets when the alarm rules last fired for a device: its alarm was acknowledged, and
+    /// a new press is news however soon it comes.
+    pub fn forget_alarms(&mut self, device_id: i64) {
+        let rules = &self.rules;
+        self.last.retain(|&(rule, device), _| device != device_id || rules[rule].condition != Condition::AlarmEvent);
     }
 
     /// When each rule (by id) last fired for each device.

@@ -16,6 +16,7 @@ pub fn alert_out(tz: &jiff::tz::TimeZone, a: &StoredAlert) -> Out {
         .with("id", Out::Int(a.id))
         .with("type", Out::text(a.kind.clone()))
         .with("rule", Out::text(a.rule.clone()))
+        .with("channel", Out::text(a.channel.clone()))
         .with("text", Out::text(a.text.clone()))
         .with("deviceaddress", Out::text(a.deviceaddress.clone()))
         .with("deviceid", Out::text(a.deviceid.clone()))

@@ -226,6 +226,7 @@ fn flush(
             pending.put_back(batch);
         }
     }
+    alerts.acks(store, feed.as_deref_mut(), now_ms());
     alerts.act(store, feed, fired);
 }
 

@@ -148,6 +148,8 @@ pub fn state_message(d: &FeedDevice, state: &str, alarm: Option<&str>, t_ms: i64
 
 /// The alert message.
 pub struct AlertInfo<'a> {
+    /// The recorded alert (`POST /alerts/{id}/ack`); none while the database refuses it.
+    pub id: Option<i64>,
     pub kind: crate::alerts::rules::AlertType,
     /// What the rule watches: enter, not_seen, battery_low or alarm.
     pub channel: &'a str,
@@ -161,6 +163,7 @@ pub fn alert_message(d: &FeedDevice, a: &AlertInfo, tz: &jiff::tz::TimeZone) -> 
     json!({
         "text": a.text,
         "deviceId": d.deviceid,
+        "alertId": a.id,
         "type": a.kind.as_str(),
         "timeStamp": local_ms(a.t_ms, tz),
         "data": {
@@ -328,7 +331,12 @@ impl Feed {
             let was_online = self.online.contains(&id);
             if inside && !was_online {
                 self.online.insert(id);
-                changes.push((id, STATE_ONLINE, t_ms));
+                // Pressed on its way in (an alarm is published as its advert arrives, before
+                // the batch that places it): the alarm stays, as does a low battery.
+                let alerted = |s: String| s == STATE_ALARM || s == STATE_LOW_BATTERY;
+                if !store.device_state(id).ok().flatten().is_some_and(alerted) {
+                    changes.push((id, STATE_ONLINE, t_ms));
+                }
             } else if !inside && was_online {
                 self.online.remove(&id);
                 changes.push((id, STATE_OFFLINE, t_ms));
@@ -375,6 +383,22 @@ impl Feed {
             if let Err(e) = store.set_device_states(&[(device_id, state, a.t_ms)]) {
                 log::warn!("mqtt: cannot store the device state: {e}");
             }
+        }
+    }
+
+    /// A device's alarms are all acknowledged: its `alarm` state gives way to where it is,
+    /// online or offline (stored like every state). Another state (it went offline since,
+    /// or a low battery came after) stays.
+    pub fn alarm_acked(&mut self, store: &Store, device_id: i64, t_ms: i64) {
+        let Some(d) = self.devices.get(&device_id) else { return };
+        if store.device_state(device_id).ok().flatten().is_none_or(|s| s != STATE_ALARM) {
+            return;
+        }
+        let state = if self.online.contains(&device_id) { STATE_ONLINE } else { STATE_OFFLINE };
+        let msg = state_message(d, state, None, t_ms, &self.tz);
+        self.send(topic(d, "state"), &msg, true);
+        if let Err(e) = store.set_device_states(&[(device_id, state, t_ms)]) {
+            log::warn!("mqtt: cannot store the device state: {e}");
         }
     }
 

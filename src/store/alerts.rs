@@ -17,6 +17,8 @@ pub struct NewAlert<'a> {
     pub text: &'a str,
     pub value: &'a str,
     pub units: &'a str,
+    /// What its rule watches: enter, not_seen, battery_low or alarm.
+    pub channel: &'a str,
     pub t_ms: i64,
     /// Whether it is published already (or never will be: a Monitor, no feed); else it
     /// waits for [`Store::alert_published`] or, after a stop, the next start.
@@ -36,6 +38,9 @@ pub struct StoredAlert {
     pub text: String,
     pub value: String,
     pub units: String,
+    /// What its rule watches: enter, not_seen, battery_low or alarm ('' for alerts recorded
+    /// before this was kept).
+    pub channel: String,
     pub t_ms: i64,
     pub ticket_id: Option<i64>,
     pub acked_ms: Option<i64>,
@@ -51,7 +56,7 @@ pub enum AlertOrder {
 }
 
 const ALERT_COLUMNS: &str = "a.id, a.rule, a.type, a.device_id, a.deviceaddress, a.deviceid,
-     a.contact_id, c.name, a.text, a.value, a.units, a.t_ms, a.ticket_id, a.acked_ms, a.acked_by";
+     a.contact_id, c.name, a.text, a.value, a.units, a.t_ms, a.ticket_id, a.acked_ms, a.acked_by, a.channel";
 
 fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {
     Ok(StoredAlert {
@@ -70,6 +75,7 @@ fn alert_from_row(r: &rusqlite::Row) -> rusqlite::Result<StoredAlert> {
         ticket_id: r.get(12)?,
         acked_ms: r.get(13)?,
         acked_by: r.get(14)?,
+        channel: r.get(15)?,
     })
 }
 
@@ -130,9 +136,9 @@ impl Store {
             };
             tx.exec(
                 "INSERT INTO alerts (org, rule, type, device_id, deviceaddress, deviceid, contact_id, text, value,
-                                     units, t_ms, ticket_id, published)
+                                     units, t_ms, ticket_id, published, channel)
                  SELECT ?1, ?2, ?3, ?4, coalesce(d.deviceaddress, ''), coalesce(d.deviceid, ''), ?5, ?6, ?7,
-                        ?8, ?9, ?10, ?11
+                        ?8, ?9, ?10, ?11, ?12
                  FROM (SELECT 1) LEFT JOIN devices d ON d.id = ?4",
                 (
                     a.org,
@@ -146,6 +152,7 @@ impl Store {
                     a.t_ms,
                     ticket,
                     a.published,
+                    a.channel,
                 ),
             )?;
             let id = tx.last_insert_rowid();
@@ -242,6 +249,19 @@ impl Store {
         })
     }
 
+    /// The devices with an alarm (an alert of a rule on the alarm flag) nobody has
+    /// acknowledged.
+    pub fn open_alarm_devices(&self) -> Result<std::collections::HashSet<i64>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT DISTINCT device_id FROM alerts INDEXED BY alerts_open_alarms
+                 WHERE channel = 'alarm' AND acked_ms IS NULL",
+            )?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
     /// The text of the alert a device's state began with (an alarm's rule text), if any.
     pub fn alert_text_at(&self, device_id: i64, t_ms: i64) -> Result<Option<String>> {
         self.read(|tx| {
@@ -311,6 +331,7 @@ mod tests {
             text: "t",
             value: "",
             units: "",
+            channel: "",
             t_ms,
             published: true,
         }

@@ -350,4 +350,13 @@ ALTER TABLE indexed_fields ADD COLUMN filled_to INTEGER;
     r#"
 ALTER TABLE alerts ADD COLUMN published INTEGER NOT NULL DEFAULT 1;
 "#,
+    // 13: what an alert's rule watches (enter, not_seen, battery_low, alarm; '' when its
+    // rule was gone), so that acknowledging a device's last open alarm gives its feed state
+    // back and lets a new press through. Before: the alert that set a device's alarm state.
+    r#"
+ALTER TABLE alerts ADD COLUMN channel TEXT NOT NULL DEFAULT '';
+UPDATE alerts SET channel = 'alarm' WHERE EXISTS
+    (SELECT 1 FROM device_states s WHERE s.device_id = alerts.device_id AND s.state = 'alarm' AND s.t_ms = alerts.t_ms);
+CREATE INDEX alerts_open_alarms ON alerts (device_id) WHERE channel = 'alarm' AND acked_ms IS NULL;
+"#,
 ];

@@ -578,3 +578,76 @@ fn an_alert_recorded_and_not_published_goes_out_after_the_restart() {
     let waiting: i64 = db.query_row("SELECT count(*) FROM alerts WHERE published = 0", [], |r| r.get(0)).unwrap();
     assert_eq!(waiting, 0);
 }
+
+/// A badge pressed on its way in keeps its `alarm` state when it is placed. Acknowledging the
+/// alarm gives its retained state back (`online`: it is in the office) within a flush, and lets its next press through at once, however soon within
+/// `repeat_s`; the press that was acknowledged, still held down, raises nothing more. After a
+/// restart too, an acknowledged alarm holds back no press. Alert messages carry the alert's
+/// id, for acknowledging it.
+#[test]
+fn an_acknowledged_alarm_gives_the_state_back_and_lets_the_next_press_through() {
+    let (s, _) = start_with_badge("alerts_acknowledged");
+    let c = s.admin_client();
+    let addr = mqtt_addr(&s);
+    let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
+    let app_pw = mqtt_user(&s, "acme", "app", false);
+    let scanner = connect(addr, "scanner-1", "scanner", &scanner_pw).unwrap();
+    let app = connect(addr, "app-1", "app", &app_pw).unwrap();
+    app.subscribe("acme/+/state");
+    app.subscribe("acme/+/alert");
+    let mut heard: Vec<(String, Value)> = Vec::new();
+    // Takes what the app hears until it has been quiet for a moment; returns the last state.
+    fn listen(app: &crate::mqtt::Mqtt, heard: &mut Vec<(String, Value)>) -> Option<String> {
+        while let Some(p) = app.next_publish(Duration::from_millis(200)) {
+            heard.push((p.topic.to_string(), serde_json::from_slice(&p.payload).unwrap_or_default()));
+        }
+        let state = heard.iter().rev().find(|(t, _)| t.ends_with("/state"));
+        state.and_then(|(_, v)| v["data"]["state"].as_str().map(str::to_string))
+    }
+    report_until(&scanner, &c, true, "Alarm", 1);
+    let first = c.get_json("/alerts?type=Alarm").json()["alerts"]["records"][0].clone();
+    assert_eq!(first["channel"], "alarm", "{first}");
+    let first_id = first["id"].as_i64().unwrap();
+    wait_for("the alarm state", || (listen(&app, &mut heard).as_deref() == Some("alarm")).then_some(()));
+    // Pressed on its way in: the batch that placed it (a flush later) keeps the alarm.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(listen(&app, &mut heard).as_deref(), Some("alarm"), "{heard:?}");
+    let alarm_message = heard.iter().find(|(t, v)| t.ends_with("/alert") && v["type"] == "Alarm").map(|(_, v)| v);
+    assert_eq!(alarm_message.map(|v| v["alertId"].as_i64()), Some(Some(first_id)), "{heard:?}");
+
+    // Acknowledged while the button is still held: the state goes back, no second alarm.
+    c.post_json(&format!("/alerts/{first_id}/ack"), "{}").assert_status(200);
+    wait_for("the state back to online", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        (listen(&app, &mut heard).as_deref() == Some("online")).then_some(())
+    });
+    for _ in 0..10 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(recorded(&c, "Alarm"), 1, "the acknowledged press, held down, raises no second alarm");
+
+    // Released, then pressed again well within repeat_s (300 s): a new alarm, and the state.
+    for _ in 0..3 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    report_until(&scanner, &c, true, "Alarm", 2);
+    wait_for("the alarm state again", || (listen(&app, &mut heard).as_deref() == Some("alarm")).then_some(()));
+    let second = c.get_json("/alerts?type=Alarm").json()["alerts"]["records"][0]["id"].as_i64().unwrap();
+    assert_ne!(second, first_id);
+    c.post_json(&format!("/alerts/{second}/ack"), "{}").assert_status(200);
+    wait_for("the state back to online again", || {
+        (listen(&app, &mut heard).as_deref() == Some("online")).then_some(())
+    });
+
+    // Across a restart: the acknowledged alarm holds back no press.
+    let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
+    drop((scanner, app));
+    assert_eq!(s.terminate(), Some(0));
+    let s = Service::launch(dir, cfg, &[]);
+    let c = s.client(&admin);
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    report_until(&scanner, &c, true, "Alarm", 3);
+}
