@@ -454,6 +454,9 @@ pub const ALERT_REPEAT_S_DEFAULT: u64 = 300;
 /// A panic button's flag raised again this long after it was last seen raised is a new
 /// press, also when the alarm of the one before was acknowledged while it was held down.
 pub const ALERT_ALARM_RELEASE_MS: i64 = 15_000;
+/// A device's `lowbattery` state ends with a battery report this far above every battery
+/// rule's threshold (the readings jitter by tens of millivolts).
+pub const ALERT_BATTERY_RECOVERED_MARGIN_MV: i64 = 100;
 
 /// (rule, device) pairs whose last alert time is remembered for the rate limit.
 pub const ALERT_STATE_ENTRIES_MAX: usize = 100_000;

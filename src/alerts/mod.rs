@@ -85,6 +85,9 @@ pub struct Alerts {
     /// raises nothing more; the flag seen lowered, or raised again after
     /// `ALERT_ALARM_RELEASE_MS` without, is a new press.
     held: HashSet<i64>,
+    /// Devices whose battery reports are back above the battery rules, since the last
+    /// [`Alerts::act`].
+    recovered: Vec<i64>,
 }
 
 impl Alerts {
@@ -96,6 +99,7 @@ impl Alerts {
             open_alarms: HashSet::new(),
             flag_ms: HashMap::new(),
             held: HashSet::new(),
+            recovered: Vec::new(),
         }
     }
 
@@ -290,6 +294,9 @@ impl Alerts {
                 LocationEvent::Battery { device_id, t_ms, mv: Some(mv) } => {
                     if let Some(f) = self.facts(*device_id) {
                         self.eval.battery(f, i64::from(*mv), *t_ms, out);
+                        if self.eval.battery_ok(f, i64::from(*mv)) {
+                            self.recovered.push(*device_id);
+                        }
                     }
                 }
                 LocationEvent::Seen { device_id, t_ms } => {
@@ -338,6 +345,11 @@ impl Alerts {
     /// the feed (with the device's state for alarm buttons and low batteries).
     pub fn act(&mut self, store: &Store, mut feed: Option<&mut Feed>, fired: &mut Vec<Fired>) {
         self.record_unrecorded(store);
+        for device in self.recovered.drain(..) {
+            if let Some(feed) = feed.as_deref_mut() {
+                feed.battery_ok(store, device);
+            }
+        }
         for f in fired.drain(..) {
             let rule = &self.eval.rules[f.rule];
             let Some(k) = self.devices.get(&f.device_id) else { continue };

@@ -333,6 +333,18 @@ impl Evaluator {
         }
     }
 
+    /// Whether a battery report is well above every battery rule for the device
+    /// (`ALERT_BATTERY_RECOVERED_MARGIN_MV` over each threshold): a low battery was replaced
+    /// or recharged.
+    pub fn battery_ok(&self, d: DeviceFacts, mv: i64) -> bool {
+        self.rules.iter().all(|r| match r.condition {
+            Condition::BatteryBelow { mv: below } if Self::applies(r, d) => {
+                mv >= below.saturating_add(limits::ALERT_BATTERY_RECOVERED_MARGIN_MV)
+            }
+            _ => true,
+        })
+    }
+
     pub fn alarm_event(&mut self, d: DeviceFacts, t_ms: i64, out: &mut Vec<Fired>) {
         for i in 0..self.rules.len() {
             if self.rules[i].condition == Condition::AlarmEvent && Self::applies(&self.rules[i], d) {
@@ -408,6 +420,33 @@ mod tests {
         e.battery(d, 2600, 1, &mut out);
         e.battery(d, 2400, 2, &mut out);
         assert_eq!((out.len(), out[0].value.as_str(), out[0].units.as_str()), (1, "2.40", "V"));
+        // Back to normal only well above the threshold (the readings jitter).
+        assert!(!e.battery_ok(d, 2550));
+        assert!(e.battery_ok(d, 2600));
+    }
+
+    /// An acknowledged alarm's repeat window is forgotten: the next press fires at once;
+    /// other rules' windows, and other devices', stay.
+    #[test]
+    fn forgetting_alarms_lets_the_next_press_through() {
+        let mut e = Evaluator::new(vec![
+            rule(Condition::AlarmEvent, vec![]),
+            rule(Condition::BatteryBelow { mv: 2500 }, vec![]),
+        ]);
+        let (d, other) = (DeviceFacts { device_id: 7, tagtype: None }, DeviceFacts { device_id: 8, tagtype: None });
+        let mut out = Vec::new();
+        for x in [d, other] {
+            e.alarm_event(x, 1_000, &mut out);
+            e.battery(x, 2_000, 1_000, &mut out);
+        }
+        assert_eq!(out.len(), 4);
+        e.forget_alarms(7);
+        out.clear();
+        for x in [d, other] {
+            e.alarm_event(x, 2_000, &mut out);
+            e.battery(x, 2_000, 2_000, &mut out);
+        }
+        assert_eq!(out.iter().map(|f| (f.rule, f.device_id)).collect::<Vec<_>>(), [(0, 7)]);
     }
 
     /// A last firing dated ahead (the clock was set back since) holds nothing back: the alarm

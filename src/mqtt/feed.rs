@@ -184,6 +184,8 @@ pub struct Feed {
     devices: HashMap<i64, FeedDevice>,
     /// Devices whose published state is online.
     online: HashSet<i64>,
+    /// Devices whose published state is `lowbattery`.
+    low_battery: HashSet<i64>,
     /// Devices restored as online at start (or online at a site reload) that the engine has
     /// not placed yet, and when they count as gone (start + away timeout).
     restored: Option<(i64, HashSet<i64>)>,
@@ -195,7 +197,16 @@ pub struct Feed {
 
 impl Feed {
     pub fn new(tx: tokio::sync::mpsc::Sender<FeedMessage>, tz: jiff::tz::TimeZone, stats: Arc<BrokerStats>) -> Feed {
-        Feed { tx, tz, devices: HashMap::new(), online: HashSet::new(), restored: None, published: false, stats }
+        Feed {
+            tx,
+            tz,
+            devices: HashMap::new(),
+            online: HashSet::new(),
+            low_battery: HashSet::new(),
+            restored: None,
+            published: false,
+            stats,
+        }
     }
 
     /// Takes the devices (at start, when they change, and now and then for contact names).
@@ -215,6 +226,7 @@ impl Feed {
                 None => {
                     self.clear(topic(was, "state"));
                     self.online.remove(id);
+                    self.low_battery.remove(id);
                     if let Some((_, pending)) = &mut self.restored {
                         pending.remove(id);
                     }
@@ -251,6 +263,7 @@ impl Feed {
             let alarm = if state == STATE_ALARM { store.alert_text_at(id, t_ms).ok().flatten() } else { None };
             let msg = state_message(d, &state, alarm.as_deref(), t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);
+            self.note(id, &state);
             if state != STATE_OFFLINE {
                 present.insert(id);
             }
@@ -361,6 +374,7 @@ impl Feed {
                 let msg = state_message(d, state, None, *t_ms, &self.tz);
                 self.send(topic(d, "state"), &msg, true);
             }
+            self.note(*id, state);
         }
         if let Err(e) = store.set_device_states(&changes) {
             log::warn!("mqtt: cannot store the device states: {e}");
@@ -380,9 +394,27 @@ impl Feed {
             let alarm = (state == STATE_ALARM).then_some(a.text);
             let msg = state_message(d, state, alarm, a.t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);
+            self.note(device_id, state);
             if let Err(e) = store.set_device_states(&[(device_id, state, a.t_ms)]) {
                 log::warn!("mqtt: cannot store the device state: {e}");
             }
+        }
+    }
+
+    /// Keeps track of the devices in `lowbattery`.
+    fn note(&mut self, device_id: i64, state: &str) {
+        if state == STATE_LOW_BATTERY {
+            self.low_battery.insert(device_id);
+        } else {
+            self.low_battery.remove(&device_id);
+        }
+    }
+
+    /// A device's battery is back above the battery rules (replaced or recharged): its
+    /// `lowbattery` state gives way to where it is, online or offline.
+    pub fn battery_ok(&mut self, store: &Store, device_id: i64) {
+        if self.low_battery.contains(&device_id) {
+            self.give_way(store, device_id, STATE_LOW_BATTERY, crate::timefmt::now_ms());
         }
     }
 
@@ -390,13 +422,20 @@ impl Feed {
     /// online or offline (stored like every state). Another state (it went offline since,
     /// or a low battery came after) stays.
     pub fn alarm_acked(&mut self, store: &Store, device_id: i64, t_ms: i64) {
+        self.give_way(store, device_id, STATE_ALARM, t_ms);
+    }
+
+    /// A device's state `was` (an alert's) ends, if it is still the device's: online or
+    /// offline instead, as it stands.
+    fn give_way(&mut self, store: &Store, device_id: i64, was: &str, t_ms: i64) {
         let Some(d) = self.devices.get(&device_id) else { return };
-        if store.device_state(device_id).ok().flatten().is_none_or(|s| s != STATE_ALARM) {
+        if store.device_state(device_id).ok().flatten().is_none_or(|s| s != was) {
             return;
         }
         let state = if self.online.contains(&device_id) { STATE_ONLINE } else { STATE_OFFLINE };
         let msg = state_message(d, state, None, t_ms, &self.tz);
         self.send(topic(d, "state"), &msg, true);
+        self.note(device_id, state);
         if let Err(e) = store.set_device_states(&[(device_id, state, t_ms)]) {
             log::warn!("mqtt: cannot store the device state: {e}");
         }

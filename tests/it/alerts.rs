@@ -544,6 +544,19 @@ fn a_low_battery_state_is_published_once_while_it_lasts() {
         }
     }
     assert_eq!(low.len(), 1, "{low:?}");
+
+    // A new battery (3,000 mV, well above 2.6 V): the state is `online` again.
+    let fresh = tlm.replace("200009c4", "20000bb8");
+    let mut back = None;
+    wait_for("the state online again", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &format!("{uid}\n"));
+        scanner.publish("acme/receivers/rx-b/adverts", &format!("{fresh}\n"));
+        while let Some(p) = app.next_publish(Duration::from_millis(200)) {
+            let state: Value = serde_json::from_slice(&p.payload).unwrap_or_default();
+            back = Some(state);
+        }
+        back.as_ref().filter(|s| s["data"]["state"] == "online").map(|_| ())
+    });
 }
 
 /// An alert recorded but not published (the service was killed between the two) goes out
