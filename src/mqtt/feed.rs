@@ -337,6 +337,7 @@ impl Feed {
             }
         }
         let mut changes = Vec::new();
+        let mut alarms = Vec::new();
         for (id, (inside, t_ms)) in last_zone_event {
             if let Some((_, pending)) = &mut self.restored {
                 pending.remove(&id);
@@ -347,8 +348,14 @@ impl Feed {
                 // Pressed on its way in (an alarm is published as its advert arrives, before
                 // the batch that places it): the alarm stays, as does a low battery.
                 let alerted = |s: String| s == STATE_ALARM || s == STATE_LOW_BATTERY;
-                if !store.device_state(id).ok().flatten().is_some_and(alerted) {
-                    changes.push((id, STATE_ONLINE, t_ms));
+                if store.device_state(id).ok().flatten().is_some_and(alerted) {
+                    continue;
+                }
+                // Back with an alarm nobody has acknowledged (it went offline since): the
+                // alarm again, as of when it was raised, not `online`.
+                match store.open_alarm(id) {
+                    Ok(Some((text, alarm_ms))) => alarms.push((id, text, alarm_ms)),
+                    _ => changes.push((id, STATE_ONLINE, t_ms)),
                 }
             } else if !inside && was_online {
                 self.online.remove(&id);
@@ -365,7 +372,7 @@ impl Feed {
             }
             self.restored = None;
         }
-        if changes.is_empty() {
+        if changes.is_empty() && alarms.is_empty() {
             return;
         }
         changes.sort_by_key(|c| (c.2, c.0));
@@ -376,6 +383,14 @@ impl Feed {
             }
             self.note(*id, state);
         }
+        for (id, text, alarm_ms) in &alarms {
+            if let Some(d) = self.devices.get(id) {
+                let msg = state_message(d, STATE_ALARM, Some(text), *alarm_ms, &self.tz);
+                self.send(topic(d, "state"), &msg, true);
+            }
+            self.note(*id, STATE_ALARM);
+        }
+        changes.extend(alarms.iter().map(|(id, _, alarm_ms)| (*id, STATE_ALARM, *alarm_ms)));
         if let Err(e) = store.set_device_states(&changes) {
             log::warn!("mqtt: cannot store the device states: {e}");
         }

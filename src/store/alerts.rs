@@ -262,6 +262,19 @@ impl Store {
         })
     }
 
+    /// A device's newest alarm nobody has acknowledged: its text and time.
+    pub fn open_alarm(&self, device_id: i64) -> Result<Option<(String, i64)>> {
+        self.read(|tx| {
+            Ok(tx
+                .prepare_cached(
+                    "SELECT text, t_ms FROM alerts INDEXED BY alerts_open_alarms
+                     WHERE device_id = ?1 AND channel = 'alarm' AND acked_ms IS NULL ORDER BY id DESC LIMIT 1",
+                )?
+                .query_row([device_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?)
+        })
+    }
+
     /// The text of the alert a device's state began with (an alarm's rule text), if any.
     pub fn alert_text_at(&self, device_id: i64, t_ms: i64) -> Result<Option<String>> {
         self.read(|tx| {

@@ -592,8 +592,8 @@ fn an_alert_recorded_and_not_published_goes_out_after_the_restart() {
     assert_eq!(waiting, 0);
 }
 
-/// A badge pressed on its way in keeps its `alarm` state when it is placed. Acknowledging the
-/// alarm gives its retained state back (`online`: it is in the office) within a flush, and lets its next press through at once, however soon within
+/// A badge pressed on its way in keeps its `alarm` state when it is placed, and gets it back
+/// when it returns after going offline with its alarm still open. Acknowledging the alarm gives its retained state back (`online`: it is in the office) within a flush, and lets its next press through at once, however soon within
 /// `repeat_s`; the press that was acknowledged, still held down, raises nothing more. After a
 /// restart too, an acknowledged alarm holds back no press. Alert messages carry the alert's
 /// id, for acknowledging it.
@@ -625,6 +625,15 @@ fn an_acknowledged_alarm_gives_the_state_back_and_lets_the_next_press_through() 
     // Pressed on its way in: the batch that placed it (a flush later) keeps the alarm.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(listen(&app, &mut heard).as_deref(), Some("alarm"), "{heard:?}");
+    // Out of range (the away timeout, 4 s): offline. Back, the alarm still open: `alarm`
+    // again, naming it, not `online`.
+    wait_for("the badge offline", || (listen(&app, &mut heard).as_deref() == Some("offline")).then_some(()));
+    wait_for("the alarm state once it is back", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        (listen(&app, &mut heard).as_deref() == Some("alarm")).then_some(())
+    });
+    let back = heard.iter().rev().find(|(t, _)| t.ends_with("/state")).map(|(_, v)| v.clone()).unwrap_or_default();
+    assert_eq!(back["data"]["alarmEvent"]["value"], "Alarm button pressed", "{back}");
     let alarm_message = heard.iter().find(|(t, v)| t.ends_with("/alert") && v["type"] == "Alarm").map(|(_, v)| v);
     assert_eq!(alarm_message.map(|v| v["alertId"].as_i64()), Some(Some(first_id)), "{heard:?}");
 
