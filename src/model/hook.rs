@@ -18,10 +18,12 @@ pub enum Event {
     ActivitiesRestore,
     /// An extension: a Warn or Alarm alert was raised (`/alerts`).
     AlertsCreate,
+    /// An extension: a Warn or Alarm alert was acknowledged (the first time).
+    AlertsAck,
 }
 
 impl Event {
-    pub const ALL: [Event; 11] = [
+    pub const ALL: [Event; 12] = [
         Event::ItemsCategorize,
         Event::ItemsUncategorize,
         Event::ItemsUpdate,
@@ -33,6 +35,7 @@ impl Event {
         Event::ActivitiesDelete,
         Event::ActivitiesRestore,
         Event::AlertsCreate,
+        Event::AlertsAck,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Event {
             Event::ActivitiesDelete => "activities.delete",
             Event::ActivitiesRestore => "activities.restore",
             Event::AlertsCreate => "alerts.create",
+            Event::AlertsAck => "alerts.ack",
         }
     }
 

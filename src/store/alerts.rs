@@ -289,18 +289,26 @@ impl Store {
         self.read(|tx| alert_in(tx, org, id))
     }
 
-    /// Acknowledges an alert (once: a second acknowledgement keeps the first).
+    /// Acknowledges an alert (once: a second acknowledgement keeps the first). The first
+    /// acknowledgement of a Warn or Alarm reaches `alerts.ack` webhooks, written with it.
     pub fn ack_alert(&self, org: &str, id: i64, user_id: i64, t_ms: i64) -> Result<StoredAlert> {
-        self.write(|tx| {
-            let n = tx.exec(
-                "UPDATE alerts SET acked_ms = coalesce(acked_ms, ?3), acked_by = coalesce(acked_by, ?4)
-                 WHERE org = ?1 AND id = ?2",
-                (org, id, t_ms, user_id),
-            )?;
-            if n == 0 {
-                return Err(StoreError::NotFound);
-            }
-            Ok(())
+        self.write_emitting(|tx| {
+            let kind: Option<String> = tx
+                .prepare_cached(
+                    "UPDATE alerts SET acked_ms = ?3, acked_by = ?4
+                     WHERE org = ?1 AND id = ?2 AND acked_ms IS NULL RETURNING type",
+                )?
+                .query_row((org, id, t_ms, user_id), |r| r.get(0))
+                .optional()?;
+            let wrote = match kind {
+                Some(kind) => kind != "Monitor" && self.emit(tx, org, &[Event::AlertsAck], Target::Alert(id))?,
+                // Acknowledged before, or none such.
+                None => {
+                    alert_in(tx, org, id)?;
+                    false
+                }
+            };
+            Ok(((), wrote))
         })?;
         self.alert(org, id)
     }

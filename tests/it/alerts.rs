@@ -601,6 +601,9 @@ fn an_alert_recorded_and_not_published_goes_out_after_the_restart() {
 fn an_acknowledged_alarm_gives_the_state_back_and_lets_the_next_press_through() {
     let (s, _) = start_with_badge("alerts_acknowledged");
     let c = s.admin_client();
+    let rx = Receiver::start();
+    let hook = format!(r#"{{"event": "alerts.ack", "url": "{}", "contenttype": "json"}}"#, rx.url("/ack"));
+    c.post_json("/hooks", &hook).assert_status(201);
     let addr = mqtt_addr(&s);
     let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
     let app_pw = mqtt_user(&s, "acme", "app", false);
@@ -638,7 +641,20 @@ fn an_acknowledged_alarm_gives_the_state_back_and_lets_the_next_press_through() 
     assert_eq!(alarm_message.map(|v| v["alertId"].as_i64()), Some(Some(first_id)), "{heard:?}");
 
     // Acknowledged while the button is still held: the state goes back, no second alarm.
+    // Acknowledged twice: one `alerts.ack` delivery.
     c.post_json(&format!("/alerts/{first_id}/ack"), "{}").assert_status(200);
+    c.post_json(&format!("/alerts/{first_id}/ack"), "{}").assert_status(200);
+    let got = rx.wait_accepted(1);
+    let delivered = got[0].json();
+    assert_eq!(
+        (
+            delivered["type"].as_str(),
+            delivered["content"]["alert"]["id"].as_i64(),
+            delivered["content"]["alert"]["acked"].as_i64()
+        ),
+        (Some("alerts.ack"), Some(first_id), Some(1)),
+        "{delivered}"
+    );
     wait_for("the state back to online", || {
         scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
         (listen(&app, &mut heard).as_deref() == Some("online")).then_some(())
@@ -663,6 +679,9 @@ fn an_acknowledged_alarm_gives_the_state_back_and_lets_the_next_press_through() 
     wait_for("the state back to online again", || {
         (listen(&app, &mut heard).as_deref() == Some("online")).then_some(())
     });
+    let acks: Vec<i64> =
+        rx.wait_accepted(2).iter().map(|r| r.json()["content"]["alert"]["id"].as_i64().unwrap_or(0)).collect();
+    assert_eq!(acks, [first_id, second], "one delivery per alert acknowledged");
 
     // Across a restart: the acknowledged alarm holds back no press.
     let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
