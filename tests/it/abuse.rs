@@ -11,10 +11,19 @@ use crate::support::*;
 
 /// A TCP connection to `to` from the loopback address `from`.
 fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    connect_from_with(from, to, None)
+}
+
+/// [`connect_from`], with a receive buffer of `recv_buffer` bytes if given (fixed: the
+/// kernel's autotuning would otherwise grow it to `tcp_rmem`'s maximum, 32 MiB on some hosts).
+fn connect_from_with(from: &str, to: SocketAddr, recv_buffer: Option<u32>) -> std::io::Result<TcpStream> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
     let from: IpAddr = from.parse().map_err(std::io::Error::other)?;
     let stream = rt.block_on(async {
         let socket = tokio::net::TcpSocket::new_v4()?;
+        if let Some(bytes) = recv_buffer {
+            socket.set_recv_buffer_size(bytes)?;
+        }
         socket.bind(SocketAddr::new(from, 0))?;
         socket.connect(to).await
     })?;
@@ -505,7 +514,9 @@ fn a_client_that_stops_reading_is_disconnected() {
     assert_eq!(r.status, 201, "{}", r.body);
     let id = r.json()["id"].as_i64().unwrap();
 
-    let mut stream = connect_from("127.0.0.2", s.addr).unwrap();
+    // A small receive window, so that the sockets cannot take the whole answer (this host's
+    // receive buffers grow to 32 MiB).
+    let mut stream = connect_from_with("127.0.0.2", s.addr, Some(64 * 1024)).unwrap();
     write!(
         stream,
         "GET /contacts/file/{id}/file HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
