@@ -237,6 +237,11 @@ impl Registry {
         self.slots.iter().position(|d| d.as_ref().is_some_and(|d| d.deviceaddress == address))
     }
 
+    /// The slot of the device with this key (database id).
+    pub fn slot(&self, key: i64) -> Option<usize> {
+        self.slot_of_key.get(&key).copied()
+    }
+
     pub fn key(&self, slot: usize) -> Option<i64> {
         self.keys.get(slot).copied()
     }

@@ -310,6 +310,31 @@ impl Engine {
     }
 
     /// Forgets a device (its slot is given to another device later).
+    /// At start: a device the last run had in `zone` since `since_ms` and heard at `last_ms`
+    /// (within the away timeout) is there still, until another zone is clearly better for long
+    /// enough, as any current zone is; not heard again in time, it leaves. No `enter` follows.
+    /// (A fresh engine placed it in whichever zone it heard first, and moved it a moment
+    /// later: false `enter` alerts at every restart.)
+    pub fn seed(&mut self, device: usize, zone: usize, last_ms: i64, since_ms: i64, now_ms: i64) {
+        if device >= limits::LOCATION_DEVICES_MAX || zone >= self.zone_receivers.len() {
+            return;
+        }
+        if device >= self.devices.len() {
+            self.devices.resize_with(device + 1, DeviceState::default);
+        }
+        self.devices[device] = DeviceState {
+            links: Vec::new(),
+            last_ms: Some(last_ms),
+            zone: Some(zone),
+            challenger: None,
+            evidence: 0.0,
+            last_eval_ms: now_ms,
+            last_update_ms: None,
+            zone_last_signal: None,
+            zone_since_ms: since_ms.min(now_ms),
+        };
+    }
+
     pub fn forget(&mut self, device: usize) {
         if let Some(state) = self.devices.get_mut(device) {
             *state = DeviceState::default();
@@ -827,6 +852,41 @@ mod tests {
         out.clear();
         feed(&mut e, &mut out, 100_000, 101_000, [-65, -127, -127]);
         assert_eq!(decisions(&out), [(100_000, "enter", 0)]);
+    }
+
+    /// Seeded at start where the last run had it: the first adverts, heard first by another
+    /// zone's receiver, do not move it (a fresh engine enters that zone at once); its own
+    /// zone heard after, it stays; not heard for the away timeout from its last time, it
+    /// leaves.
+    #[test]
+    fn a_device_seeded_at_start_stays_until_another_zone_wins() {
+        let settings = EngineSettings::default();
+        let away = settings.away_timeout_ms as i64;
+        let mut fresh = Engine::new(&site(), settings.clone());
+        let mut e = Engine::new(&site(), settings);
+        e.seed(0, 0, 9_000, 1_000, 10_000);
+        let (mut out, mut fresh_out) = (Vec::new(), Vec::new());
+        for (e, out) in [(&mut e, &mut out), (&mut fresh, &mut fresh_out)] {
+            e.reading(10_000, 0, 1, -70, out);
+            feed(e, out, 10_500, 20_000, [-60, -75, -127]);
+        }
+        assert_eq!(decisions(&fresh_out)[0], (10_000, "enter", 1));
+        assert_eq!(decisions(&out), []);
+        assert!(out.iter().any(|o| matches!(o, Output::Update(u) if u.zone == 0)), "location updates in zone 0");
+        // Silent from 19,500 on: it leaves at the away timeout.
+        out.clear();
+        let mut t = 20_000;
+        while t <= 19_500 + away + 1_000 {
+            e.tick(t, &mut out);
+            t += 500;
+        }
+        assert_eq!(decisions(&out), [(19_500 + away, "exit", 0)]);
+        // Seeded and never heard: it leaves at its last time plus the away timeout.
+        let mut gone = Engine::new(&site(), EngineSettings::default());
+        gone.seed(0, 2, 9_000, 1_000, 10_000);
+        out.clear();
+        gone.tick(9_000 + away, &mut out);
+        assert_eq!(decisions(&out), [(9_000 + away, "exit", 2)]);
     }
 
     /// The wall clock set back an hour, then forward a day: the engine goes on deciding as if

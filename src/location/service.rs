@@ -239,20 +239,32 @@ fn run(
     stop: &AtomicBool,
     reload: &AtomicBool,
 ) {
-    if let Err(e) = store.close_open_visits() {
-        log::warn!("location: cannot close the visits of the last run: {e}");
-    }
     let state = current(site);
     let away_timeout_ms = i64::try_from(state.engine.away_timeout_ms).unwrap_or(i64::MAX);
     let mut pipeline = Pipeline::new(state.site, Registry::new(load_registry(store)), state.engine);
+    // Devices heard within the away timeout stay in the zones the last run had them in, with
+    // their visits; the others' visits end where they were last heard.
+    let placements = store.placements_to_resume(now_ms().saturating_sub(away_timeout_ms)).unwrap_or_else(|e| {
+        log::warn!("location: cannot read where the last run had the devices: {e}");
+        Vec::new()
+    });
+    let resumed = pipeline.seed_placements(&placements, now_ms());
+    if let Err(e) = store.resume_visits(&placements, &resumed) {
+        log::warn!("location: cannot close the visits of the last run: {e}");
+    }
+    if !resumed.is_empty() {
+        log::info!("location: {} devices heard before the start stay in their zones", resumed.len());
+    }
+    let kept: std::collections::HashSet<i64> = resumed.iter().map(|(id, _)| *id).collect();
     let mut version = store.devices_version().unwrap_or(-1);
     let mut alerts = crate::alerts::Alerts::new(Arc::clone(&state.rules));
     alerts.restore(store);
     let mut fired = Vec::new();
     refresh_devices(store, feed.as_mut(), &mut alerts);
-    alerts.resume(now_ms(), away_timeout_ms, &Default::default());
+    alerts.resume(now_ms(), away_timeout_ms, &kept);
     if let Some(feed) = &mut feed {
         feed.restore(store, now_ms(), away_timeout_ms);
+        feed.resume(now_ms(), away_timeout_ms, &kept);
     }
     let mut last_feed_refresh = Instant::now();
     let mut pending = Pending::default();

@@ -59,6 +59,17 @@ impl LocationBatch {
     }
 }
 
+/// Where the last run had a device ([`Store::placements_to_resume`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Placement {
+    pub device_id: i64,
+    pub zone_id: i64,
+    pub last_seen_ms: i64,
+    /// When it entered the zone.
+    pub since_ms: i64,
+    pub visit_id: i64,
+}
+
 /// A stored location update.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LocationRow {
@@ -381,6 +392,46 @@ impl Store {
             )?;
             Ok(n)
         })
+    }
+
+    /// At start: the devices heard since `since_ms` (within the away timeout) whose newest
+    /// visit was going on when they were last heard (open, or closed by the stop at that
+    /// time): where the last run had them.
+    pub fn placements_to_resume(&self, since_ms: i64) -> Result<Vec<Placement>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT d.id, v.zone_id, d.last_seen_ms, v.enter_ms, v.id FROM devices d
+                 JOIN visits v ON v.id = (SELECT id FROM visits WHERE device_id = d.id ORDER BY enter_ms DESC, id DESC LIMIT 1)
+                 WHERE d.last_seen_ms >= ?1 AND (v.exit_ms IS NULL OR v.exit_ms >= d.last_seen_ms)",
+            )?;
+            let rows = stmt.query_map([since_ms], |r| {
+                Ok(Placement {
+                    device_id: r.get(0)?,
+                    zone_id: r.get(1)?,
+                    last_seen_ms: r.get(2)?,
+                    since_ms: r.get(3)?,
+                    visit_id: r.get(4)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    /// At start: the devices placed again where the last run had them ([`Store::placements_to_resume`])
+    /// go on with their visits (one the stop closed is open again: they never left), and
+    /// every other open visit is closed, as [`Store::close_open_visits_except`] does.
+    pub fn resume_visits(&self, placements: &[Placement], kept: &[(i64, i64)]) -> Result<usize> {
+        self.write(|tx| {
+            for p in placements.iter().filter(|p| kept.contains(&(p.device_id, p.zone_id))) {
+                tx.exec("UPDATE visits SET exit_ms = NULL WHERE id = ?1", [p.visit_id])?;
+                tx.exec(
+                    "UPDATE devices SET zone_id = ?2, zone_since_ms = ?3 WHERE id = ?1",
+                    (p.device_id, p.zone_id, p.since_ms),
+                )?;
+            }
+            Ok(())
+        })?;
+        self.close_open_visits_except(kept)
     }
 
     /// A device's location updates since `since_ms`, oldest first: the newest `limit` of them.

@@ -312,6 +312,54 @@ fn a_restart_raises_no_alarm_again_within_its_repeat_window() {
     assert_eq!(state["data"]["state"], "alarm", "{state}");
 }
 
+/// A restart keeps a badge heard just before it in its zone: the kitchen's receiver hearing it
+/// first after the start (a fresh engine placed it there, then moved it back to the office: an
+/// `enter` alert for an office it never left, and two made-up visits) moves it nowhere, its
+/// office visit goes on, and `/devices` has it in the office from the start.
+#[test]
+fn a_restart_keeps_a_badge_in_its_zone_and_raises_no_enter() {
+    let config = config()
+        .replacen("zones = [22]\n", "zones = [22]\nrepeat_s = 1\n", 1)
+        .replace("away_timeout_ms = 4000", "away_timeout_ms = 30000");
+    let (s, _) = start_with_badge_in("alerts_restart_placement", &config);
+    let c = s.admin_client();
+    let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    report_until(&scanner, &c, false, "Warn", 1);
+    let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
+    drop(scanner);
+    assert_eq!(s.terminate(), Some(0));
+
+    let s = Service::launch(dir.clone(), cfg, &[]);
+    let c = s.client(&admin);
+    // In the office once the engine has started, before it hears anything.
+    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    // The kitchen's receiver hears it first, a little louder; then the office's, for a while.
+    for _ in 0..2 {
+        scanner.publish("acme/receivers/rx-a/adverts", &badge_advert(-58, None, ""));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for _ in 0..20 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(recorded(&c, "Warn"), 1, "no enter alert for the office it never left");
+    let device = c.get_json("/devices/1").json();
+    assert_eq!(device["device"]["zoneid"], 22, "{device}");
+    assert_eq!(s.terminate(), Some(0));
+    let db = rusqlite::Connection::open(dir.join("data/sitegate.db")).unwrap();
+    let visits: Vec<i64> = db
+        .prepare("SELECT zone_id FROM visits ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(visits, [22], "one office visit, going on across the restart");
+}
+
 /// An Alarm raised while the database refuses writes (its file moved away here; a full disk
 /// does the same) is published at once, and recorded with its ticket once writes go on.
 #[test]
