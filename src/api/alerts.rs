@@ -32,7 +32,8 @@ pub fn alert_out(tz: &jiff::tz::TimeZone, a: &StoredAlert) -> Out {
 }
 
 /// Open alerts, newest first; `all=1` includes acknowledged ones, `type=Warn` (Monitor,
-/// Warn, Alarm) narrows them.
+/// Warn, Alarm) narrows them; `limit` (at most `ALERT_LIST_MAX`) and `before` (an alert id:
+/// those older) page through them.
 pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let params = ctx.params();
     let p = Params::new(&params);
@@ -45,8 +46,19 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .as_str(),
         ),
     };
+    let limit = match p.int("limit")? {
+        None => limits::ALERT_LIST_MAX,
+        Some(n) if (1..=i64::from(limits::ALERT_LIST_MAX)).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(ApiError::invalid_parameter("limit", format!("{n} is outside 1..={}", limits::ALERT_LIST_MAX)));
+        }
+    };
+    let before = match p.int("before")? {
+        Some(n) if n < 1 => return Err(ApiError::invalid_parameter("before", format!("{n} is not an alert id"))),
+        b => b,
+    };
     let mut alerts =
-        ctx.app.store.alerts(&ctx.viewer.org, all, kind, crate::store::AlertOrder::Newest, limits::ALERT_LIST_MAX)?;
+        ctx.app.store.alerts(&ctx.viewer.org, all, kind, crate::store::AlertOrder::Newest, before, limit)?;
     hide_invisible_contacts(ctx.app, &ctx.viewer, &mut alerts)?;
     let records: Vec<Out> = alerts.iter().map(|a| alert_out(&ctx.app.config.site.timezone, a)).collect();
     let inner = Out::map().with("count", Out::Int(records.len() as i64)).with("records", Out::list("alert", records));

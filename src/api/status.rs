@@ -34,8 +34,14 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
     let site = current(&app.site).site;
     let now = now_ms();
     let devices = super::location::visible_devices(app, viewer)?;
-    let mut alerts =
-        app.store.alerts(&viewer.org, false, None, crate::store::AlertOrder::MostSevere, limits::STATUS_ALERTS_MAX)?;
+    let mut alerts = app.store.alerts(
+        &viewer.org,
+        false,
+        None,
+        crate::store::AlertOrder::MostSevere,
+        None,
+        limits::STATUS_ALERTS_MAX,
+    )?;
     super::alerts::hide_invisible_contacts(app, viewer, &mut alerts)?;
     let time = |t: Option<i64>| t.map(|t| local_ms(t, tz)).unwrap_or_default();
     let opt_int = |v: Option<i64>| v.map_or(Out::Null, Out::Int);

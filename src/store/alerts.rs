@@ -183,14 +183,16 @@ impl Store {
     }
 
     /// Alerts of an organisation: open ones only unless `all`, of one type (`Monitor`, `Warn`,
-    /// `Alarm`) if `kind` is given, at most `limit` (the type is chosen before the limit, so
-    /// many newer alerts of another type cannot hide an Alarm). In `order`.
+    /// `Alarm`) if `kind` is given, older than alert `before` if given, at most `limit` (the
+    /// type is chosen before the limit, so many newer alerts of another type cannot hide an
+    /// Alarm). In `order`.
     pub fn alerts(
         &self,
         org: &str,
         all: bool,
         kind: Option<&str>,
         order: AlertOrder,
+        before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<StoredAlert>> {
         self.read(|tx| {
@@ -202,10 +204,11 @@ impl Store {
                 "SELECT {ALERT_COLUMNS} FROM alerts a
                  LEFT JOIN items c ON c.id = a.contact_id
                  WHERE a.org = ?1 AND (?2 OR a.acked_ms IS NULL) AND (?3 IS NULL OR a.type = ?3)
+                   AND (?5 IS NULL OR a.id < ?5)
                  ORDER BY {order} LIMIT ?4"
             );
             let mut stmt = tx.prepare_cached(&sql)?;
-            let rows = stmt.query_map((org, all, kind, limit), alert_from_row)?;
+            let rows = stmt.query_map((org, all, kind, limit, before), alert_from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
@@ -368,11 +371,11 @@ mod tests {
             store.create_alert(&alert(if t % 2 == 0 { "Monitor" } else { "Warn" }, t), None).unwrap();
         }
         let ids = |kind, order, limit| -> Vec<i64> {
-            store.alerts("o", false, kind, order, limit).unwrap().iter().map(|a| a.id).collect()
+            store.alerts("o", false, kind, order, None, limit).unwrap().iter().map(|a| a.id).collect()
         };
         assert!(!ids(None, AlertOrder::Newest, 10).contains(&alarm), "newest first, the Alarm is older");
         assert_eq!(ids(Some("Alarm"), AlertOrder::Newest, 10), vec![alarm]);
-        let severe = store.alerts("o", false, None, AlertOrder::MostSevere, 10).unwrap();
+        let severe = store.alerts("o", false, None, AlertOrder::MostSevere, None, 10).unwrap();
         assert_eq!(severe[0].id, alarm);
         assert!(severe[1..].iter().all(|a| a.kind == "Warn"), "then the Warns, newest first");
         assert!(severe[1..].windows(2).all(|w| w[0].id > w[1].id));
@@ -391,7 +394,7 @@ mod tests {
         let (newer, _) = store.create_alert(&alert("Warn", 1_000), None).unwrap();
         assert_eq!(store.purge_alerts(500, 100).unwrap(), 3);
         let mut left: Vec<i64> =
-            store.alerts("o", true, None, AlertOrder::Newest, 10).unwrap().iter().map(|a| a.id).collect();
+            store.alerts("o", true, None, AlertOrder::Newest, None, 10).unwrap().iter().map(|a| a.id).collect();
         left.sort_unstable();
         assert_eq!(left, vec![open_alarm, newer]);
         let _ = std::fs::remove_dir_all(&dir);

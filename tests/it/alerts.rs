@@ -153,6 +153,18 @@ fn rules_raise_record_publish_and_ticket_alerts() {
     assert_eq!(c.get_json("/alerts?all=1&type=Alarm").json()["alerts"]["count"], 1);
     c.post_json("/alerts/999999/ack", "{}").assert_status(404);
     c.get_json("/alerts?type=Loud").assert_status(400);
+    // Pages: `limit` newest, then those `before` the last one.
+    let ids = |path: &str| -> Vec<i64> {
+        let list = c.get_json(path).json();
+        list["alerts"]["records"].as_array().unwrap().iter().map(|r| r["id"].as_i64().unwrap()).collect()
+    };
+    let first = ids("/alerts?all=1&limit=2");
+    assert_eq!(first.len(), 2);
+    let next = ids(&format!("/alerts?all=1&limit=2&before={}", first[1]));
+    assert_eq!([first, next].concat(), ids("/alerts?all=1"));
+    for bad in ["limit=0", "limit=1001", "before=0", "before=x"] {
+        c.get_json(&format!("/alerts?{bad}")).assert_status(400);
+    }
     // Another organisation sees none of it.
     let out = s.cli(&["user", "add", "--email", "g@globex.test", "--name", "G", "--org", "globex"]);
     let g = Account { email: "g@globex.test".into(), token: String::from_utf8(out.stdout).unwrap().trim().into() };
