@@ -222,9 +222,11 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Whether a path is the batch endpoint (`/batch` or `/batch/`).
+/// Whether a path is the batch endpoint as the router sees it (its segments, so `//batch`
+/// and `/batch//` too): a batch inside a batch must never reach the router, whose every
+/// level of nesting takes stack.
 pub fn is_batch_path(path: &str) -> bool {
-    path.trim_end_matches('/') == "/batch"
+    super::segments(path) == ["batch"]
 }
 
 /// Reply boundaries drawn at most (each of 96 random bits; a second is practically never needed).

@@ -545,3 +545,35 @@ fn a_client_that_stops_reading_is_disconnected() {
     // Others are served as before.
     c.get_json(&format!("/contacts/{contact}")).assert_status(200);
 }
+
+/// A batch inside a batch is refused however its path is spelled (`//batch` reached the
+/// router, which takes it as `/batch`): nested a thousand deep, without credentials, it
+/// overflowed a worker's stack and aborted the whole process.
+#[test]
+fn a_batch_nested_in_a_batch_is_refused_however_spelled() {
+    let s = Service::start("a_batch_nested_in_a_batch_is_refused");
+    let wrap = |request: &str, level: usize| -> (String, String) {
+        let b = format!("b{level}");
+        (format!("--{b}\r\nContent-Type: application/http\r\n\r\n{request}\r\n--{b}--\r\n"), b)
+    };
+    for spelling in ["//batch", "/batch//", "///batch/", "/batch"] {
+        let (mut body, mut boundary) = wrap("GET /health HTTP/1.1\r\n\r\n", 0);
+        for level in 1..1000 {
+            let request = format!(
+                "POST {spelling} HTTP/1.1\r\nContent-Type: multipart/mixed; boundary={boundary}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            (body, boundary) = wrap(&request, level);
+        }
+        let r = s
+            .anonymous()
+            .call(Req::new("POST", "/batch").body(&format!("multipart/mixed; boundary={boundary}"), body.into_bytes()));
+        assert_eq!(r.status, 200, "{spelling}: {}", r.body.chars().take(300).collect::<String>());
+        assert!(
+            r.body.contains("a batch cannot hold another batch"),
+            "{spelling}: {}",
+            r.body.chars().take(600).collect::<String>()
+        );
+        s.anonymous().get("/health").assert_status(200);
+    }
+}
