@@ -351,6 +351,16 @@ impl App {
                 format!("0/{allowed}"),
             );
         }
+        // JSONP is the one answer a page of another site can read (a script tag, sent with the
+        // credentials the browser holds for the gateway): not for such pages. Answered as
+        // JSON, which such a page cannot read, so its callback learns nothing.
+        if matches!(format, Format::Jsonp(_)) && (cross_origin(&req.headers) || fetched_by_another_site(&req.headers)) {
+            return render_error(
+                &Format::Json,
+                ApiError::forbidden("JSONP for a page of another origin is refused"),
+                format!("0/{allowed}"),
+            );
+        }
 
         // Unauthenticated paths for monitoring.
         let segs = segments(&req.path);
@@ -648,6 +658,16 @@ fn cross_origin(headers: &HeaderMap) -> bool {
     };
     let strip = |a: &str| a.strip_suffix(default_port).unwrap_or(a).to_ascii_lowercase();
     strip(authority.trim_end_matches('/')) != strip(host)
+}
+
+/// Whether a browser says the request comes from a page that is not the gateway's
+/// (`Sec-Fetch-Site` other than `same-origin`, or `none`: typed in, a bookmark).
+fn fetched_by_another_site(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .is_some_and(|v| !v.eq_ignore_ascii_case("same-origin") && !v.eq_ignore_ascii_case("none"))
 }
 
 /// Path segments without empty ones: `/contacts/131/` and `/contacts/131` are the same.

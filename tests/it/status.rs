@@ -214,4 +214,28 @@ fn changes_from_pages_of_other_origins_are_refused() {
     create(&[("Origin", &format!("http://{host}")), ("Sec-Fetch-Site", "same-origin")]).assert_status(201);
     create(&[]).assert_status(201);
     c.call(Req::new("GET", "/contacts").header("Origin", "http://evil.example")).assert_status(200);
+    // JSONP, the one answer another site's page can read (through a script tag that carries
+    // the credentials the browser holds), is refused to such pages, as JSON it cannot read.
+    let jsonp = |headers: &[(&str, &str)]| {
+        let mut req = Req::new("GET", "/contacts?callback=steal");
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        c.call(req)
+    };
+    for headers in [
+        vec![("Sec-Fetch-Site", "cross-site"), ("Sec-Fetch-Dest", "script")],
+        vec![("Sec-Fetch-Site", "same-site")],
+        vec![("Origin", "http://evil.example")],
+    ] {
+        let r = jsonp(&headers);
+        assert_eq!(r.status, 403, "{headers:?}: {}", r.body);
+        assert!(!r.body.contains("steal") && !r.body.contains("Forged"), "{}", r.body);
+        assert!(r.json()["errors"]["accessdenied"].is_string(), "{}", r.body);
+    }
+    for headers in [vec![("Sec-Fetch-Site", "same-origin")], vec![("Sec-Fetch-Site", "none")], vec![]] {
+        let r = jsonp(&headers);
+        assert_eq!(r.status, 200, "{headers:?}: {}", r.body);
+        assert!(r.body.starts_with("steal(") && r.body.contains("Forged"), "{}", r.body);
+    }
 }
