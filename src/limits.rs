@@ -87,6 +87,9 @@ pub const HTTP_DRAIN_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// once; more are answered 503 `busy`. Bounds what their bodies hold: this x
 /// `upload_bytes_max`.
 pub const HTTP_LARGE_BODIES_MAX: usize = 4;
+/// ... of which one client address holds at most this many (they are taken before the
+/// credentials are checked: one host cannot hold them all).
+pub const HTTP_LARGE_BODIES_PER_ADDRESS_MAX: usize = 2;
 
 /// Requests waiting for a worker (`[http] queue_depth_max`); beyond it the answer is 503.
 pub const HTTP_QUEUE_DEPTH_MAX_DEFAULT: usize = 256;
@@ -435,6 +438,8 @@ pub const STATUS_ALERTS_MAX: u32 = 200;
 pub const STATUS_BATTERY_LOW_MV: i64 = 2_500;
 /// Status pages open at once (each holds one event stream, not a worker); beyond, 503.
 pub const STATUS_STREAMS_MAX: usize = 32;
+/// ... of them one user's at most (a page in a few browsers).
+pub const STATUS_STREAMS_PER_USER_MAX: usize = 4;
 /// How often an event stream looks for a change in the database...
 pub const STATUS_EVENTS_CHECK_MS: u64 = 500;
 /// ...and sends the snapshot again when it changed anyway (health, uptime, receivers).

@@ -280,11 +280,11 @@ impl App {
     /// One event of the status page's stream (`http::events`): the snapshot for the
     /// request's caller as JSON, checked against the credentials each time; or the answer
     /// that refuses it.
-    pub fn status_event(&self, req: &Request) -> Result<String, Response> {
+    pub fn status_event(&self, req: &Request) -> Result<(i64, String), Response> {
         let format = Format::Json;
         let viewer = self.authenticate(req).map_err(|denied| self.denied(&format, denied))?;
         match status::snapshot(self, &viewer) {
-            Ok(doc) => Ok(output::to_json(&members(doc))),
+            Ok(doc) => Ok((viewer.user_id, output::to_json(&members(doc)))),
             Err(e) => Err(render_error(&format, e, format!("0/{}", self.quota.allowed()))),
         }
     }
@@ -713,6 +713,13 @@ pub fn is_heavy(method: &Method, path: &str) -> bool {
         _ => false,
     };
     !one_item
+}
+
+/// Whether a path takes file uploads (`multipart/form-data` up to `upload_bytes_max`): a
+/// record type's paths, where files and attachments go. Elsewhere such a body has the usual
+/// limit, and takes none of the few places for large bodies.
+pub fn takes_uploads(path: &str) -> bool {
+    segments(path).first().is_some_and(|s| RecordType::from_segment(s).is_some())
 }
 
 /// `segs`: the path's [`segments`].

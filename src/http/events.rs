@@ -44,9 +44,10 @@ impl hyper::body::Body for EventBody {
     }
 }
 
-/// Open streams, bounded.
+/// Open streams, bounded: in all, and per user (so that one user, of any organisation,
+/// cannot take every stream of the site).
 #[derive(Default)]
-pub struct Streams(Arc<AtomicUsize>);
+pub struct Streams(Arc<AtomicUsize>, Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>>);
 
 struct StreamSlot(Arc<AtomicUsize>);
 
@@ -56,7 +57,33 @@ impl Drop for StreamSlot {
     }
 }
 
+type ByUser = Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>>;
+
+struct UserSlot(ByUser, i64);
+
+impl Drop for UserSlot {
+    fn drop(&mut self) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.1);
+            }
+        }
+    }
+}
+
 impl Streams {
+    fn take_for(&self, user_id: i64) -> Option<UserSlot> {
+        let mut map = self.1.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(user_id).or_insert(0);
+        if *n >= limits::STATUS_STREAMS_PER_USER_MAX {
+            return None;
+        }
+        *n += 1;
+        Some(UserSlot(Arc::clone(&self.1), user_id))
+    }
+
     fn take(&self) -> Option<StreamSlot> {
         let taken = self.0.fetch_add(1, Ordering::AcqRel);
         if taken >= limits::STATUS_STREAMS_MAX {
@@ -97,10 +124,13 @@ pub async fn respond(
         }
     })
     .await;
-    let (mut version, first, quota) = match first {
-        Ok((v, Ok(json), quota)) => (v, json, quota),
+    let (mut version, user_id, first, quota) = match first {
+        Ok((v, Ok((user_id, json)), quota)) => (v, user_id, json, quota),
         Ok((_, Err(answer), _)) => return to_hyper(answer),
         Err(_) => return to_hyper(app.busy(&request.headers)),
+    };
+    let Some(user_slot) = shared.streams.take_for(user_id) else {
+        return to_hyper(app.busy(&request.headers));
     };
     let (tx, rx) = mpsc::channel::<Bytes>(limits::STATUS_EVENTS_QUEUE_MAX);
     // Reconnect after 3 s when the connection drops.
@@ -109,7 +139,7 @@ pub async fn respond(
     let fallback = Arc::clone(&app);
     let headers = request.headers.clone();
     tokio::spawn(async move {
-        let _slot = slot;
+        let _slots = (slot, user_slot);
         let mut last = first;
         let mut built = Instant::now();
         let mut sent = Instant::now();
@@ -136,7 +166,7 @@ pub async fn respond(
                 built = Instant::now();
                 let app_c = Arc::clone(&app);
                 match tokio::task::spawn_blocking(move || app_c.status_event(&request_c)).await {
-                    Ok(Ok(json)) if json != last => {
+                    Ok(Ok((_, json))) if json != last => {
                         let chunk = event(&json);
                         last = json;
                         Some(chunk)

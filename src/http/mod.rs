@@ -54,6 +54,8 @@ pub struct Shared {
     pub connections_per_address_max: usize,
     /// Requests with a body over `body_bytes_max` allowed (uploads, batches) in flight at once.
     pub large_bodies: Arc<tokio::sync::Semaphore>,
+    /// ... per client address.
+    large_bodies_per_address: Arc<PerAddress>,
 }
 
 impl Shared {
@@ -78,6 +80,7 @@ impl Shared {
             quota_allowed,
             connections_per_address_max: config.connections_per_address_max,
             large_bodies: Arc::new(tokio::sync::Semaphore::new(limits::HTTP_LARGE_BODIES_MAX)),
+            large_bodies_per_address: Arc::new(PerAddress::default()),
         }
     }
 }
@@ -252,7 +255,7 @@ async fn respond(
         .and_then(|v| v.to_str().ok())
         .map(|ct| ct.trim_start().to_ascii_lowercase())
         .unwrap_or_default();
-    let limit = if content_type.starts_with("multipart/form-data") {
+    let limit = if content_type.starts_with("multipart/form-data") && api::takes_uploads(parts.uri.path()) {
         shared.upload_bytes_max
     } else if content_type.starts_with("multipart/mixed") && api::is_batch_path(parts.uri.path()) {
         shared.batch_bytes_max
@@ -270,10 +273,15 @@ async fn respond(
     }
     // What may be larger than the usual body limit is held by few requests at once, from
     // before it is read until it is answered: memory stays bounded whoever sends them
-    // (credentials are checked only after the body is read).
+    // (credentials are checked only after the body is read), and one client address holds
+    // only some of them.
     let _large = if limit > shared.body_bytes_max {
+        let Some(mine) = shared.large_bodies_per_address.take(peer.ip(), limits::HTTP_LARGE_BODIES_PER_ADDRESS_MAX)
+        else {
+            return early(ApiError::busy(), true);
+        };
         match Arc::clone(&shared.large_bodies).try_acquire_owned() {
-            Ok(permit) => Some(permit),
+            Ok(permit) => Some((permit, mine)),
             Err(_) => return early(ApiError::busy(), true),
         }
     } else {

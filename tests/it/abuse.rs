@@ -412,27 +412,44 @@ fn garbage_to_the_mqtt_port_is_dropped_and_others_connect() {
 
 /// Bodies that may exceed the usual limit (uploads, batches) are held by few requests at once,
 /// whoever sends them (credentials are checked after the body): more are answered 503 at
-/// once, and once those go, uploads are taken again.
+/// once, and once those go, uploads are taken again. One client address holds at most two of
+/// the four, and only paths that take uploads get one (four slow uploads to `/health` held
+/// them all, without credentials).
 #[test]
 fn few_large_bodies_at_once() {
     let s = Service::start("few_large_bodies_at_once");
-    let started: Vec<TcpStream> = (0..4)
-        .map(|i| {
-            let mut stream = connect_from(&format!("127.0.0.{}", 2 + i), s.addr).unwrap();
-            write!(
-                stream,
-                "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=zz\r\n\
-                 Content-Length: 4000000\r\n\r\n--zz\r\n"
-            )
-            .unwrap();
-            stream
+    let slow_upload = |from: &str, path: &str| {
+        let mut stream = connect_from(from, s.addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            stream,
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=zz\r\n\
+             Content-Length: 4000000\r\n\r\n--zz\r\n"
+        )
+        .unwrap();
+        stream
+    };
+    // Not an upload path: read with the usual limit, holding none of the four.
+    let health = slow_upload("127.0.0.7", "/health");
+    // A third from one address: 503 at once.
+    let mut started =
+        vec![health, slow_upload("127.0.0.2", "/contacts/file"), slow_upload("127.0.0.2", "/contacts/file")];
+    let in_flight = |n: usize| {
+        wait_for(&format!("{n} requests in flight"), || {
+            let text = s.anonymous().get("/metrics").body;
+            let line = format!(" {n}");
+            text.lines().any(|l| l.starts_with("sitegate_http_requests_in_flight") && l.ends_with(&line)).then_some(())
         })
-        .collect();
-    // All four are being read (the metrics request itself is one more in flight).
-    wait_for("four large bodies in flight", || {
-        let text = s.anonymous().get("/metrics").body;
-        text.lines().any(|l| l.starts_with("sitegate_http_requests_in_flight") && l.ends_with(" 5")).then_some(())
-    });
+    };
+    // (The metrics request itself is one more in flight.)
+    in_flight(4);
+    let third = read_response(&mut slow_upload("127.0.0.2", "/contacts/file"));
+    assert_eq!(third.status, 503, "{}", third.body);
+    assert!(third.body.contains("busy"), "{}", third.body);
+    started.push(slow_upload("127.0.0.3", "/contacts/file"));
+    started.push(slow_upload("127.0.0.4", "/tickets/file"));
+    // All four are being read, and the one to /health.
+    in_flight(6);
     // The fifth, even with credentials, waits for none of them: 503 now.
     let busy = wait_for("a fifth large body refused", || {
         let mut stream = connect_from("127.0.0.9", s.addr).unwrap();

@@ -135,7 +135,7 @@ fn events_stream_snapshots_without_holding_a_worker() {
     assert_eq!(zones, ["Kitchen", "Office"], "{snap}");
     assert_eq!(snap["health"]["version"], env!("CARGO_PKG_VERSION"));
     // More open pages than workers, and the API still answers.
-    let mut others: Vec<Events> = (0..4).map(|_| Events::open(s.addr, &auth)).collect();
+    let mut others: Vec<Events> = (0..3).map(|_| Events::open(s.addr, &auth)).collect();
     for e in &mut others {
         e.next_where("a first snapshot", |_| true);
     }
@@ -167,13 +167,30 @@ fn events_stream_snapshots_without_holding_a_worker() {
     assert!(first.closed_within(Duration::from_secs(5)));
 }
 
+/// At most 32 status pages at once, at most four of them one user's (one user of any
+/// organisation held all 32 and locked everyone else out).
 #[test]
 fn open_pages_are_bounded() {
     let s = Service::start("open_pages_are_bounded");
     let auth = basic(&s.admin.email, &s.admin.token);
-    let open: Vec<Events> = (0..32).map(|_| Events::open(s.addr, &auth)).collect();
+    // Four of one user's: a fifth is refused, others' are not.
+    let mut open: Vec<Events> = (0..4).map(|_| Events::open(s.addr, &auth)).collect();
     assert!(open.iter().all(|e| e.head.starts_with("HTTP/1.1 200")));
     let over = Events::open(s.addr, &auth);
+    assert!(over.head.starts_with("HTTP/1.1 503"), "{}", over.head);
+    // 32 in all.
+    let users: Vec<String> = (0..8)
+        .map(|i| {
+            let u = s.add_user(&format!("viewer{i}@acme.test"), &format!("Viewer {i}"), &[]);
+            basic(&u.email, &u.token)
+        })
+        .collect();
+    for auth in &users[..7] {
+        open.extend((0..4).map(|_| Events::open(s.addr, auth)));
+    }
+    assert!(open.iter().all(|e| e.head.starts_with("HTTP/1.1 200")));
+    assert_eq!(open.len(), 32);
+    let over = Events::open(s.addr, &users[7]);
     assert!(over.head.starts_with("HTTP/1.1 503"), "{}", over.head);
     drop(open);
     wait_for("a stream slot to come back", || {
