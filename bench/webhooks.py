@@ -139,7 +139,7 @@ def main():
     rport = ports.get(timeout=10)
     workdir = tempfile.mkdtemp(prefix="sitegate-bench-")
     # A backlog limit above anything the run queues, so that no hook is paused mid-run.
-    proc, port, auth = start(os.path.abspath(args.bin), workdir, "[webhooks]\nbacklog_max = 10000000\n")
+    proc, port, auth = start(os.path.abspath(args.bin), workdir, "[webhooks]\nbacklog_max = 10000000\nlocal_targets = true\n")
     try:
         if args.wrk:
             subprocess.run(["taskset", "-a", "-p", "-c", "0", str(proc.pid)], check=True, capture_output=True)

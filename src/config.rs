@@ -114,6 +114,7 @@ pub struct RawWebhooks {
     pub backlog_max: Option<u64>,
     pub retention_days: Option<u64>,
     pub ca: Option<String>,
+    pub local_targets: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -227,6 +228,9 @@ pub struct WebhooksConfig {
     /// The CA certificates https receivers' certificates must chain to, instead of the
     /// public CAs built in.
     pub ca: Option<WebhookCa>,
+    /// Deliveries may go to loopback and link-local addresses (the gateway itself, a cloud's
+    /// metadata service); refused unless set.
+    pub local_targets: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -582,6 +586,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
                 Some(WebhookCa { path, certs: Arc::new(certs) })
             }
         },
+        local_targets: w.local_targets.unwrap_or(false),
     };
 
     // [[organizations]]
@@ -780,6 +785,7 @@ impl Config {
                 backlog_max: Some(self.webhooks.backlog_max),
                 retention_days: Some(self.webhooks.retention_days),
                 ca: self.webhooks.ca.as_ref().map(|c| path(&c.path)),
+                local_targets: Some(self.webhooks.local_targets),
             },
             organizations: self
                 .organizations

@@ -64,7 +64,7 @@ impl Deliverer {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
         let (job_tx, job_rx) = crossbeam_channel::bounded::<Vec<Outgoing>>(config.workers);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(config.workers);
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let agent_config = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_millis(config.connect_timeout_ms)))
             .timeout_global(Some(Duration::from_millis(config.timeout_ms)))
             .http_status_as_error(false)
@@ -74,8 +74,12 @@ impl Deliverer {
             .max_idle_connections(limits::WEBHOOK_IDLE_CONNECTIONS_MAX)
             .user_agent(format!("sitegate/{}", env!("CARGO_PKG_VERSION")))
             .tls_config(tls_config(config.ca.as_ref()))
-            .build()
-            .into();
+            .build();
+        let agent = ureq::Agent::with_parts(
+            agent_config,
+            ureq::unversioned::transport::DefaultConnector::default(),
+            GuardedResolver { local_targets: config.local_targets, inner: Default::default() },
+        );
         let stopping = Arc::new(AtomicBool::new(false));
         let mut senders = Vec::with_capacity(config.workers);
         for i in 0..config.workers {
@@ -480,6 +484,58 @@ fn tls_config(ca: Option<&crate::config::WebhookCa>) -> ureq::tls::TlsConfig {
 }
 
 /// Sends one delivery; returns the attempt to record.
+/// Resolves receivers' hosts as ureq does, without the addresses a hook must not reach:
+/// loopback, link-local (a cloud's metadata service), unspecified, multicast and broadcast,
+/// unless `[webhooks] local_targets` allows loopback and link-local. Judged on the resolved
+/// addresses, those connected to, so a name that resolves to one (or comes to) is refused too.
+#[derive(Debug)]
+struct GuardedResolver {
+    local_targets: bool,
+    inner: ureq::unversioned::resolver::DefaultResolver,
+}
+
+impl ureq::unversioned::resolver::Resolver for GuardedResolver {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let resolved = self.inner.resolve(uri, config, timeout)?;
+        let mut addrs = self.empty();
+        for a in resolved.iter().filter(|a| destination_allowed(a.ip(), self.local_targets)) {
+            addrs.push(*a);
+        }
+        if addrs.is_empty() {
+            return Err(ureq::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                if self.local_targets {
+                    "the receiver's address is not one a webhook may reach (unspecified, multicast or broadcast)"
+                } else {
+                    "the receiver's address is loopback or link-local: refused unless [webhooks] local_targets = true"
+                },
+            )));
+        }
+        Ok(addrs)
+    }
+}
+
+/// Whether a webhook may be delivered to `ip` (see [`GuardedResolver`]).
+pub fn destination_allowed(ip: std::net::IpAddr, local_targets: bool) -> bool {
+    use std::net::IpAddr;
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    let (never, local) = match ip {
+        IpAddr::V4(v4) => {
+            (v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast(), v4.is_loopback() || v4.is_link_local())
+        }
+        IpAddr::V6(v6) => (v6.is_unspecified() || v6.is_multicast(), v6.is_loopback() || v6.is_unicast_link_local()),
+    };
+    !never && (local_targets || !local)
+}
+
 fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) -> Attempt {
     let (url, authorization) = credentials(&job.url);
     let mut request = agent
@@ -540,6 +596,22 @@ fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing
 
 #[cfg(test)]
 mod tests {
+    use super::destination_allowed;
+    #[test]
+    fn local_destinations_need_local_targets() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        for local in ["127.0.0.1", "127.1.2.3", "::1", "169.254.169.254", "fe80::1", "::ffff:127.0.0.1"] {
+            assert!(!destination_allowed(ip(local), false), "{local}");
+            assert!(destination_allowed(ip(local), true), "{local}");
+        }
+        for never in ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "ff02::1"] {
+            assert!(!destination_allowed(ip(never), true), "{never}");
+        }
+        for lan in ["10.1.2.3", "192.168.1.20", "172.16.0.5", "fd00::5", "203.0.113.7", "2001:db8::1"] {
+            assert!(destination_allowed(ip(lan), false), "{lan}");
+        }
+    }
+
     /// Two senders, both on hooks of one receiver before anything was known of it: once one
     /// fails, the other (still on the wire) counts as on a slow hook, and no sender takes a
     /// third hook of it meanwhile.

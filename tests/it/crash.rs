@@ -142,9 +142,12 @@ fn acknowledged_writes_and_webhooks_survive_sigkill_at_random_moments() {
     eprintln!("crash cycles: {cycles}, SITEGATE_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
     // The receiver may fall behind over thousands of cycles: no pause at the default backlog.
-    let config =
-        format!("{BASE_CONFIG}\n[webhooks]\nretry_delays_s = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nbacklog_max = 10000000\n")
-            .replace("workers = 2", "workers = 4");
+    let config = BASE_CONFIG
+        .replace(
+            "[webhooks]\n",
+            "[webhooks]\nretry_delays_s = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nbacklog_max = 10000000\n",
+        )
+        .replace("workers = 2", "workers = 4");
     let s = Service::start_with(
         "acknowledged_writes_and_webhooks_survive_sigkill_at_random_moments",
         Options { config: &config, env: vec![] },

@@ -446,7 +446,7 @@ exec "$2" serve --config "$1/config.toml""#;
 /// recorded, and once there is room everything works again without a restart.
 #[test]
 fn a_full_disk_refuses_writes_clearly_and_recovers() {
-    let config = format!("{BASE_CONFIG}\n[webhooks]\nretry_delays_s = [1, 1, 1, 1]\n");
+    let config = BASE_CONFIG.replace("[webhooks]\n", "[webhooks]\nretry_delays_s = [1, 1, 1, 1]\n");
     let Some(s) = start_on_a_small_disk("a_full_disk_refuses_writes_clearly_and_recovers", &config) else { return };
     let c = s.admin_client();
     let rx = crate::support::Receiver::start();

@@ -50,6 +50,10 @@ path = "data/sitegate.db"
 [mqtt]
 listen = "127.0.0.1:0"
 
+[webhooks]
+# The tests' receivers are on loopback.
+local_targets = true
+
 [site]
 timezone = "UTC"
 

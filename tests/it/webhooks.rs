@@ -11,7 +11,7 @@ use crate::support::{BASE_CONFIG, Client, Options, Received, Receiver, Req, Serv
 
 /// The tests' retry delays: one second each, four retries.
 fn config() -> String {
-    format!("{BASE_CONFIG}\n[webhooks]\nretry_delays_s = [1, 1, 1, 1]\n")
+    BASE_CONFIG.replace("[webhooks]\n", "[webhooks]\nretry_delays_s = [1, 1, 1, 1]\n")
 }
 
 fn start(name: &str) -> Service {
@@ -668,7 +668,8 @@ fn https_receivers_with_certificates_of_the_site_ca() {
     }
     let site = TlsReceiver::start(&certs.join("site/server.pem"), &certs.join("site/server.key"));
     let other = TlsReceiver::start(&certs.join("other/server.pem"), &certs.join("other/server.key"));
-    let config = format!("{}ca = \"{}\"\n", config(), certs.join("site/ca.pem").display());
+    let config =
+        config().replace("[webhooks]\n", &format!("[webhooks]\nca = \"{}\"\n", certs.join("site/ca.pem").display()));
     let s = Service::start_with(
         "https_receivers_with_certificates_of_the_site_ca",
         Options { config: &config, env: vec![] },
@@ -820,4 +821,33 @@ fn a_delivery_taken_while_its_hook_is_deleted_counts_as_delivered() {
     let health = s.anonymous().get_json("/health").json();
     assert_eq!(health["webhooks"]["failed"], 1, "{health}");
     assert_eq!(rx.received().len(), 1);
+}
+
+/// Deliveries to loopback and link-local addresses (the gateway itself, a cloud's metadata
+/// service) are refused unless `[webhooks] local_targets` allows them, judged on the address
+/// the receiver's name resolves to: any user could make the gateway post to its own
+/// services, probe their ports and read their error answers in the deliveries.
+#[test]
+fn loopback_receivers_are_refused_unless_allowed() {
+    let config = BASE_CONFIG.replace("local_targets = true", "local_targets = false");
+    let s = Service::start_with("loopback_receivers_are_refused", Options { config: &config, ..Default::default() });
+    let c = s.admin_client();
+    let rx = Receiver::start();
+    let localhost = rx.url("/by-name").replace("127.0.0.1", "localhost");
+    let mut hooks = Vec::new();
+    for url in [rx.url("/by-address"), localhost, "http://[::1]:9/".to_string(), "http://169.254.169.254/".to_string()]
+    {
+        let body = format!(r#"{{"event": "items.create", "url": "{url}", "contenttype": "json"}}"#);
+        hooks.push(c.post_json("/hooks", &body).json()["id"].as_i64().unwrap());
+    }
+    c.create("contacts", r#"{"firstname": "Ann"}"#);
+    for id in hooks {
+        let delivery = wait_for("the delivery tried", || {
+            let d = c.get_json(&format!("/hooks/{id}/deliveries")).json();
+            let first = d["deliveries"][0].clone();
+            first["lasterror"].as_str().is_some_and(|e| !e.is_empty()).then_some(first)
+        });
+        assert!(delivery["lasterror"].as_str().unwrap().contains("local_targets"), "hook {id}: {delivery}");
+    }
+    assert!(rx.received().is_empty(), "nothing reached the loopback receiver");
 }
