@@ -391,7 +391,7 @@ fn a_failed_delivery_sent_again_goes_first_and_a_deleted_hook_fails_its_queue() 
 
 #[test]
 fn stalled_receivers_share_half_the_senders() {
-    let config = format!("{}workers = 2\ntimeout_ms = 1000\n", config());
+    let config = config().replace("[webhooks]\n", "[webhooks]\nworkers = 2\ntimeout_ms = 1000\n");
     let s = Service::start_with("stalled_receivers_share_half_the_senders", Options { config: &config, env: vec![] });
     let (stalled, fast) = (Receiver::start(), Receiver::start());
     stalled.stall(true);
@@ -449,7 +449,7 @@ fn a_deleted_hook_stops_its_deliveries_in_flight() {
 /// it are held to their half of the senders too, before their own first attempt.
 #[test]
 fn many_hooks_to_one_dead_receiver_share_half_the_senders() {
-    let config = format!("{}workers = 2\ntimeout_ms = 1000\n", config());
+    let config = config().replace("[webhooks]\n", "[webhooks]\nworkers = 2\ntimeout_ms = 1000\n");
     let s = Service::start_with("many_hooks_to_one_dead_receiver", Options { config: &config, env: vec![] });
     let (stalled, fast) = (Receiver::start(), Receiver::start());
     stalled.stall(true);
@@ -508,7 +508,7 @@ fn pending_deliveries_survive_kill_9() {
 
 #[test]
 fn a_hook_with_too_long_a_backlog_is_paused_not_drained() {
-    let config = format!("{}backlog_max = 3\n", config());
+    let config = config().replace("[webhooks]\n", "[webhooks]\nbacklog_max = 3\n");
     let s = Service::start_with("a_hook_with_too_long_a_backlog_is_paused", Options { config: &config, env: vec![] });
     let rx = Receiver::start();
     rx.take_down();
@@ -741,7 +741,7 @@ fn a_long_batch_is_recorded_as_it_goes() {
 /// 30 s): the delivery in flight is left, and sent again after the restart.
 #[test]
 fn a_slow_receiver_does_not_hold_up_shutdown() {
-    let config = format!("{}timeout_ms = 600000\n", config());
+    let config = config().replace("[webhooks]\n", "[webhooks]\ntimeout_ms = 600000\n");
     let s = Service::start_with("a_slow_receiver_does_not_hold_up_shutdown", Options { config: &config, env: vec![] });
     let rx = Receiver::start();
     rx.stall(true);
