@@ -483,7 +483,6 @@ fn tls_config(ca: Option<&crate::config::WebhookCa>) -> ureq::tls::TlsConfig {
     }
 }
 
-/// Sends one delivery; returns the attempt to record.
 /// Resolves receivers' hosts as ureq does, without the addresses a hook must not reach:
 /// loopback, link-local (a cloud's metadata service), unspecified, multicast and broadcast,
 /// unless `[webhooks] local_targets` allows loopback and link-local. Judged on the resolved
@@ -536,6 +535,7 @@ pub fn destination_allowed(ip: std::net::IpAddr, local_targets: bool) -> bool {
     !never && (local_targets || !local)
 }
 
+/// Sends one delivery; returns the attempt to record.
 fn deliver(agent: &ureq::Agent, metrics: &Metrics, delays: &[u64], job: Outgoing) -> Attempt {
     let (url, authorization) = credentials(&job.url);
     let mut request = agent

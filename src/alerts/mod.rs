@@ -148,7 +148,7 @@ impl Alerts {
     /// Looks for acknowledged alarms (while any is open): the device's alarm state on the feed
     /// goes back to online (offline if it is not placed), and its next press raises an alarm
     /// however soon it comes.
-    pub fn acks(&mut self, store: &Store, feed: Option<&mut Feed>, now_ms: i64) {
+    pub fn acks(&mut self, store: &Store, mut feed: Option<&mut Feed>, now_ms: i64) {
         if self.open_alarms.is_empty() {
             return;
         }
@@ -168,7 +168,6 @@ impl Alerts {
             self.open_alarms.iter().filter(|d| !open.contains(d) && !waiting.contains(d)).copied().collect();
         self.open_alarms = open;
         self.open_alarms.extend(waiting);
-        let mut feed = feed;
         for device in acked {
             self.eval.forget_alarms(device);
             // Still pressed (raised in an advert within the release time): that press is

@@ -46,13 +46,8 @@ pub fn list(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
                 .as_str(),
         ),
     };
-    let limit = match p.int("limit")? {
-        None => limits::ALERT_LIST_MAX,
-        Some(n) if (1..=i64::from(limits::ALERT_LIST_MAX)).contains(&n) => n as u32,
-        Some(n) => {
-            return Err(ApiError::invalid_parameter("limit", format!("{n} is outside 1..={}", limits::ALERT_LIST_MAX)));
-        }
-    };
+    let max = i64::from(limits::ALERT_LIST_MAX);
+    let limit = p.int_within("limit", 1, max, max)? as u32;
     let before = match p.int("before")? {
         Some(n) if n < 1 => return Err(ApiError::invalid_parameter("before", format!("{n} is not an alert id"))),
         b => b,

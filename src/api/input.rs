@@ -430,6 +430,16 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// An integer parameter within `lo..=hi`, `default` when missing (400 naming the range
+    /// beyond it).
+    pub fn int_within(&self, key: &str, lo: i64, hi: i64, default: i64) -> Result<i64, ApiError> {
+        match self.int(key)? {
+            None => Ok(default),
+            Some(n) if (lo..=hi).contains(&n) => Ok(n),
+            Some(n) => Err(ApiError::invalid_parameter(key, format!("{n} is outside {lo}..={hi}"))),
+        }
+    }
+
     /// A 0/1 flag.
     pub fn flag(&self, key: &str) -> Result<Option<bool>, ApiError> {
         match self.int(key)? {

@@ -360,13 +360,8 @@ fn list_query(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<(ListQuer
     let with_categories = p.flag("categories")?.unwrap_or(false) && full;
 
     // paging
-    let limit = match p.int("limit")? {
-        None => limits::LIST_LIMIT_DEFAULT,
-        Some(n) if (0..=i64::from(limits::LIST_LIMIT_MAX)).contains(&n) => n as u32,
-        Some(n) => {
-            return Err(ApiError::invalid_parameter("limit", format!("{n} is outside 0..={}", limits::LIST_LIMIT_MAX)));
-        }
-    };
+    let limit =
+        p.int_within("limit", 0, i64::from(limits::LIST_LIMIT_MAX), i64::from(limits::LIST_LIMIT_DEFAULT))? as u32;
     let start = match p.int("start")? {
         None => 0,
         Some(n) if n >= 0 => n as u64,

@@ -50,16 +50,9 @@ impl<'a> Common<'a> {
     /// `limit` (default 500, at most 5000) and `offset` (`start` is a date in these reports).
     fn paging(&self) -> Result<(u32, u64), ApiError> {
         let p = self.p();
-        let limit = match p.int("limit")? {
-            None => limits::REPORT_ROWS_DEFAULT,
-            Some(n) if (0..=i64::from(limits::REPORT_ROWS_MAX)).contains(&n) => n as u32,
-            Some(n) => {
-                return Err(ApiError::invalid_parameter(
-                    "limit",
-                    format!("{n} is outside 0..={}", limits::REPORT_ROWS_MAX),
-                ));
-            }
-        };
+        let limit =
+            p.int_within("limit", 0, i64::from(limits::REPORT_ROWS_MAX), i64::from(limits::REPORT_ROWS_DEFAULT))?
+                as u32;
         let offset = match p.int("offset")? {
             None => 0,
             Some(n) if n >= 0 => n as u64,

@@ -220,16 +220,8 @@ fn delivery_out(d: &DeliveryInfo) -> Out {
 /// `GET /hooks/{id}/deliveries`: the newest deliveries first (`limit`, default 100).
 pub fn deliveries(ctx: &Ctx<'_>, id: i64) -> Result<Reply, ApiError> {
     let params = ctx.params();
-    let limit = match Params::new(&params).int("limit")? {
-        None => 100,
-        Some(n) if (1..=i64::from(limits::WEBHOOK_DELIVERIES_LISTED_MAX)).contains(&n) => n as u32,
-        Some(n) => {
-            return Err(ApiError::invalid_parameter(
-                "limit",
-                format!("{n} is outside 1..={}", limits::WEBHOOK_DELIVERIES_LISTED_MAX),
-            ));
-        }
-    };
+    let limit =
+        Params::new(&params).int_within("limit", 1, i64::from(limits::WEBHOOK_DELIVERIES_LISTED_MAX), 100)? as u32;
     let list = ctx.app.store.deliveries(&ctx.viewer, id, limit)?;
     Ok(Reply::ok(Out::map().with("deliveries", Out::list("delivery", list.iter().map(delivery_out).collect()))))
 }

@@ -47,7 +47,7 @@ impl hyper::body::Body for EventBody {
 /// Open streams, bounded: in all, and per user (so that one user, of any organisation,
 /// cannot take every stream of the site).
 #[derive(Default)]
-pub struct Streams(Arc<AtomicUsize>, Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>>);
+pub struct Streams(Arc<AtomicUsize>, Arc<super::Holders<i64>>);
 
 struct StreamSlot(Arc<AtomicUsize>);
 
@@ -57,31 +57,9 @@ impl Drop for StreamSlot {
     }
 }
 
-type ByUser = Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>>;
-
-struct UserSlot(ByUser, i64);
-
-impl Drop for UserSlot {
-    fn drop(&mut self) {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = map.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.1);
-            }
-        }
-    }
-}
-
 impl Streams {
-    fn take_for(&self, user_id: i64) -> Option<UserSlot> {
-        let mut map = self.1.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = map.entry(user_id).or_insert(0);
-        if *n >= limits::STATUS_STREAMS_PER_USER_MAX {
-            return None;
-        }
-        *n += 1;
-        Some(UserSlot(Arc::clone(&self.1), user_id))
+    fn take_for(&self, user_id: i64) -> Option<super::Held<i64>> {
+        self.1.take(user_id, limits::STATUS_STREAMS_PER_USER_MAX)
     }
 
     fn take(&self) -> Option<StreamSlot> {

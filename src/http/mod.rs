@@ -118,7 +118,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let Some(address_slot) = per_address.take(peer.ip(), shared.connections_per_address_max) else {
+        let Some(address_slot) = per_address.take_for(peer.ip(), shared.connections_per_address_max) else {
             shared.metrics.connections_refused_per_address.inc();
             log::debug!("closed a connection from {peer}: connections_per_address_max reached");
             drop(stream);
@@ -161,27 +161,42 @@ pub async fn serve(
     }
 }
 
-/// Open connections per client address (IPv6 by /64), with a slot that gives its place back
-/// when the connection ends.
-#[derive(Default)]
-struct PerAddress(std::sync::Mutex<std::collections::HashMap<crate::auth::AddressKey, usize>>);
+/// Places held per key (a client address, a user), each key bounded, with a slot that gives
+/// its place back when dropped (the connection, the request or the stream ends).
+pub(crate) struct Holders<K>(std::sync::Mutex<std::collections::HashMap<K, usize>>);
 
-struct AddressSlot(Arc<PerAddress>, crate::auth::AddressKey);
+/// Places held per client address (IPv6 by /64).
+type PerAddress = Holders<crate::auth::AddressKey>;
 
-impl PerAddress {
-    fn take(self: &Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<AddressSlot> {
-        let key = crate::auth::AddressKey::of(ip);
+/// One place held in [`Holders`], given back when dropped.
+pub(crate) struct Held<K: std::hash::Hash + Eq + Copy>(Arc<Holders<K>>, K);
+
+impl<K: std::hash::Hash + Eq + Copy> Default for Holders<K> {
+    fn default() -> Self {
+        Holders(std::sync::Mutex::new(std::collections::HashMap::new()))
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Copy> Holders<K> {
+    /// One more place for `key`, unless it holds `max` already.
+    pub(crate) fn take(self: &Arc<Self>, key: K, max: usize) -> Option<Held<K>> {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let open = map.entry(key).or_insert(0);
         if *open >= max {
             return None;
         }
         *open += 1;
-        Some(AddressSlot(Arc::clone(self), key))
+        Some(Held(Arc::clone(self), key))
     }
 }
 
-impl Drop for AddressSlot {
+impl PerAddress {
+    fn take_for(self: &Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<Held<crate::auth::AddressKey>> {
+        self.take(crate::auth::AddressKey::of(ip), max)
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Copy> Drop for Held<K> {
     fn drop(&mut self) {
         let mut map = self.0.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(open) = map.get_mut(&self.1) {
@@ -276,7 +291,7 @@ async fn respond(
     // (credentials are checked only after the body is read), and one client address holds
     // only some of them.
     let _large = if limit > shared.body_bytes_max {
-        let Some(mine) = shared.large_bodies_per_address.take(peer.ip(), limits::HTTP_LARGE_BODIES_PER_ADDRESS_MAX)
+        let Some(mine) = shared.large_bodies_per_address.take_for(peer.ip(), limits::HTTP_LARGE_BODIES_PER_ADDRESS_MAX)
         else {
             return early(ApiError::busy(), true);
         };

@@ -184,8 +184,8 @@ pub struct Feed {
     devices: HashMap<i64, FeedDevice>,
     /// Devices whose published state is online.
     online: HashSet<i64>,
-    /// Devices whose published state is `lowbattery`.
-    low_battery: HashSet<i64>,
+    /// Devices whose published state is an alert's (`alarm`, `lowbattery`), and which.
+    alerted: HashMap<i64, &'static str>,
     /// Devices restored as online at start (or online at a site reload) that the engine has
     /// not placed yet, and when they count as gone (start + away timeout).
     restored: Option<(i64, HashSet<i64>)>,
@@ -202,7 +202,7 @@ impl Feed {
             tz,
             devices: HashMap::new(),
             online: HashSet::new(),
-            low_battery: HashSet::new(),
+            alerted: HashMap::new(),
             restored: None,
             published: false,
             stats,
@@ -226,7 +226,7 @@ impl Feed {
                 None => {
                     self.clear(topic(was, "state"));
                     self.online.remove(id);
-                    self.low_battery.remove(id);
+                    self.alerted.remove(id);
                     if let Some((_, pending)) = &mut self.restored {
                         pending.remove(id);
                     }
@@ -347,8 +347,7 @@ impl Feed {
                 self.online.insert(id);
                 // Pressed on its way in (an alarm is published as its advert arrives, before
                 // the batch that places it): the alarm stays, as does a low battery.
-                let alerted = |s: String| s == STATE_ALARM || s == STATE_LOW_BATTERY;
-                if store.device_state(id).ok().flatten().is_some_and(alerted) {
+                if self.alerted.contains_key(&id) {
                     continue;
                 }
                 // Back with an alarm nobody has acknowledged (it went offline since): the
@@ -404,8 +403,7 @@ impl Feed {
         self.send(topic(d, "alert"), &msg, false);
         // The state is published when it changes: a rule firing again (a battery still low
         // after `repeat_s`, the button pressed again) keeps the state and when it began.
-        let unchanged = |s: &str| store.device_state(device_id).ok().flatten().is_some_and(|now| now == s);
-        if let Some(state) = state.filter(|s| !unchanged(s)) {
+        if let Some(state) = state.filter(|s| self.alerted.get(&device_id) != Some(s)) {
             let alarm = (state == STATE_ALARM).then_some(a.text);
             let msg = state_message(d, state, alarm, a.t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);
@@ -416,19 +414,18 @@ impl Feed {
         }
     }
 
-    /// Keeps track of the devices in `lowbattery`.
+    /// Keeps track of the devices whose state is an alert's.
     fn note(&mut self, device_id: i64, state: &str) {
-        if state == STATE_LOW_BATTERY {
-            self.low_battery.insert(device_id);
-        } else {
-            self.low_battery.remove(&device_id);
-        }
+        match [STATE_ALARM, STATE_LOW_BATTERY].into_iter().find(|s| *s == state) {
+            Some(s) => self.alerted.insert(device_id, s),
+            None => self.alerted.remove(&device_id),
+        };
     }
 
     /// A device's battery is back above the battery rules (replaced or recharged): its
     /// `lowbattery` state gives way to where it is, online or offline.
     pub fn battery_ok(&mut self, store: &Store, device_id: i64) {
-        if self.low_battery.contains(&device_id) {
+        if self.alerted.get(&device_id) == Some(&STATE_LOW_BATTERY) {
             self.give_way(store, device_id, STATE_LOW_BATTERY, crate::timefmt::now_ms());
         }
     }
@@ -443,10 +440,10 @@ impl Feed {
     /// A device's state `was` (an alert's) ends, if it is still the device's: online or
     /// offline instead, as it stands.
     fn give_way(&mut self, store: &Store, device_id: i64, was: &str, t_ms: i64) {
-        let Some(d) = self.devices.get(&device_id) else { return };
-        if store.device_state(device_id).ok().flatten().is_none_or(|s| s != was) {
+        if self.alerted.get(&device_id) != Some(&was) {
             return;
         }
+        let Some(d) = self.devices.get(&device_id) else { return };
         let state = if self.online.contains(&device_id) { STATE_ONLINE } else { STATE_OFFLINE };
         let msg = state_message(d, state, None, t_ms, &self.tz);
         self.send(topic(d, "state"), &msg, true);

@@ -86,16 +86,6 @@ impl Store {
         })
     }
 
-    /// The state last published for a device, if any.
-    pub fn device_state(&self, device_id: i64) -> Result<Option<String>> {
-        self.read(|tx| {
-            Ok(tx
-                .prepare_cached("SELECT state FROM device_states WHERE device_id = ?1")?
-                .query_row([device_id], |r| r.get(0))
-                .optional()?)
-        })
-    }
-
     /// Records published states (device id, state, Unix ms), in one transaction; devices
     /// deleted meanwhile are skipped.
     pub fn set_device_states(&self, states: &[(i64, &str, i64)]) -> Result<()> {
