@@ -60,14 +60,16 @@ impl Pipeline {
     }
 
     /// At start: places the devices the last run had in zones still on the map, as
-    /// [`Engine::seed`] says; returns those placed (device key, zone id).
+    /// [`Engine::seed`] says, as if heard at the start: each has the whole away timeout to be
+    /// heard again (the scanners start too), as a device restored online on the feed has.
+    /// Returns those placed (device key, zone id).
     pub fn seed_placements(&mut self, placements: &[crate::store::Placement], now_ms: i64) -> Vec<(i64, i64)> {
         let mut kept = Vec::new();
         for p in placements {
             let (Some(device), Some(zone)) = (self.registry.slot(p.device_id), self.site.zone(p.zone_id)) else {
                 continue;
             };
-            self.engine.seed(device, zone, p.last_seen_ms, p.since_ms, now_ms);
+            self.engine.seed(device, zone, now_ms, p.since_ms, now_ms);
             kept.push((p.device_id, p.zone_id));
         }
         kept

@@ -64,7 +64,6 @@ impl LocationBatch {
 pub struct Placement {
     pub device_id: i64,
     pub zone_id: i64,
-    pub last_seen_ms: i64,
     /// When it entered the zone.
     pub since_ms: i64,
     pub visit_id: i64,
@@ -400,7 +399,7 @@ impl Store {
     pub fn placements_to_resume(&self, since_ms: i64) -> Result<Vec<Placement>> {
         self.read(|tx| {
             let mut stmt = tx.prepare_cached(
-                "SELECT d.id, v.zone_id, d.last_seen_ms, v.enter_ms, v.id FROM devices d
+                "SELECT d.id, v.zone_id, v.enter_ms, v.id FROM devices d
                  JOIN visits v ON v.id = (SELECT id FROM visits WHERE device_id = d.id ORDER BY enter_ms DESC, id DESC LIMIT 1)
                  WHERE d.last_seen_ms >= ?1 AND (v.exit_ms IS NULL OR v.exit_ms >= d.last_seen_ms)",
             )?;
@@ -408,9 +407,8 @@ impl Store {
                 Ok(Placement {
                     device_id: r.get(0)?,
                     zone_id: r.get(1)?,
-                    last_seen_ms: r.get(2)?,
-                    since_ms: r.get(3)?,
-                    visit_id: r.get(4)?,
+                    since_ms: r.get(2)?,
+                    visit_id: r.get(3)?,
                 })
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
