@@ -375,22 +375,7 @@ impl Store {
     /// As [`Store::close_open_visits`], but for the devices `kept` in their zones (device id,
     /// zone id): placed again in the same zone across a site reload, their visits go on.
     pub fn close_open_visits_except(&self, kept: &[(i64, i64)]) -> Result<usize> {
-        let kept = serde_json::to_string(kept).unwrap_or_else(|_| "[]".into());
-        self.write(|tx| {
-            let n = tx.exec(
-                "UPDATE visits SET exit_ms = (SELECT max(visits.enter_ms, coalesce(d.last_seen_ms, visits.enter_ms))
-                                              FROM devices d WHERE d.id = visits.device_id)
-                 WHERE exit_ms IS NULL AND (device_id, zone_id) NOT IN
-                    (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
-                [&kept],
-            )?;
-            tx.exec(
-                "UPDATE devices SET zone_id = NULL, zone_since_ms = last_seen_ms WHERE zone_id IS NOT NULL
-                 AND (id, zone_id) NOT IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
-                [&kept],
-            )?;
-            Ok(n)
-        })
+        self.write(|tx| close_open_visits_in(tx, kept))
     }
 
     /// At start: the devices heard since `since_ms` (within the away timeout) whose newest
@@ -427,9 +412,8 @@ impl Store {
                     (p.device_id, p.zone_id, p.since_ms),
                 )?;
             }
-            Ok(())
-        })?;
-        self.close_open_visits_except(kept)
+            close_open_visits_in(tx, kept)
+        })
     }
 
     /// A device's location updates since `since_ms`, oldest first: the newest `limit` of them.
@@ -556,4 +540,23 @@ fn contact_exists(tx: &Connection, org: &str, contact: i64) -> Result<()> {
         .query_row((contact, org), |_| Ok(()))
         .optional()?
         .ok_or(StoreError::NotFound)
+}
+
+/// Closes the open visits but those of the devices `kept` in their zones (device id, zone
+/// id), each where its device was last heard, and takes the others out of their zones.
+fn close_open_visits_in(tx: &rusqlite::Connection, kept: &[(i64, i64)]) -> Result<usize> {
+    let kept = serde_json::to_string(kept).unwrap_or_else(|_| "[]".into());
+    let n = tx.exec(
+        "UPDATE visits SET exit_ms = (SELECT max(visits.enter_ms, coalesce(d.last_seen_ms, visits.enter_ms))
+                                          FROM devices d WHERE d.id = visits.device_id)
+             WHERE exit_ms IS NULL AND (device_id, zone_id) NOT IN
+                (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
+        [&kept],
+    )?;
+    tx.exec(
+            "UPDATE devices SET zone_id = NULL, zone_since_ms = last_seen_ms WHERE zone_id IS NOT NULL
+             AND (id, zone_id) NOT IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
+            [&kept],
+        )?;
+    Ok(n)
 }
