@@ -241,6 +241,9 @@ fn run(
 ) {
     let state = current(site);
     let away_timeout_ms = i64::try_from(state.engine.away_timeout_ms).unwrap_or(i64::MAX);
+    // The version before the devices: one added between the two reads is seen as a change at
+    // the first flush (read after them, it was taken as followed and never was).
+    let mut version = store.devices_version().unwrap_or(-1);
     let mut pipeline = Pipeline::new(state.site, Registry::new(load_registry(store)), state.engine);
     // Devices heard within the away timeout stay in the zones the last run had them in, with
     // their visits; the others' visits end where they were last heard.
@@ -256,7 +259,6 @@ fn run(
         log::info!("location: {} devices heard before the start stay in their zones", resumed.len());
     }
     let kept: std::collections::HashSet<i64> = resumed.iter().map(|(id, _)| *id).collect();
-    let mut version = store.devices_version().unwrap_or(-1);
     let mut alerts = crate::alerts::Alerts::new(Arc::clone(&state.rules));
     alerts.restore(store);
     let mut fired = Vec::new();

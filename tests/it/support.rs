@@ -269,6 +269,13 @@ impl Service {
 
 impl Drop for Service {
     fn drop(&mut self) {
+        // A failing test shows what the service said (its last 8 KB), to tell why.
+        if std::thread::panicking() {
+            let said = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+            let from = said.len().saturating_sub(8_192);
+            let from = (from..said.len()).find(|&i| said.is_char_boundary(i)).unwrap_or(said.len());
+            eprintln!("--- the service's stderr (last 8 KB) ---\n{}", &said[from..]);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
