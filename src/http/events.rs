@@ -95,10 +95,12 @@ pub async fn respond(
     let first = tokio::task::spawn_blocking({
         let (app, request) = (Arc::clone(&app), Arc::clone(&request));
         move || {
+            // The version before the event: a write between the two is sent at the next check.
+            let version = app.store.data_version().unwrap_or(0);
             let event = app.status_event(&request);
             // Every answer carries the caller's call count (the stream itself does not count).
             let quota = if event.is_ok() { app.quota_of(&request) } else { String::new() };
-            (app.store.data_version().unwrap_or(0), event, quota)
+            (version, event, quota)
         }
     })
     .await;
