@@ -335,6 +335,9 @@ pub const TRACE_LINE_BYTES_MAX: usize = 64 * 1024;
 pub const TRACE_RECEIVERS_MAX: usize = 4_096;
 /// Adverts waiting for the engine (live sources); beyond, they are dropped and counted.
 pub const LOCATION_ADVERT_QUEUE_MAX: usize = 10_000;
+/// The start waits at most this long for the location engine to load (devices, placements,
+/// the states it publishes) before it serves anyway.
+pub const LOCATION_START_WAIT_MS: u64 = 60_000;
 /// BLE: pause before scanning again after a round that heard adverts, and after one that
 /// heard none (doubling for each such round in a row up to the max).
 pub const BLE_RETRY_MIN_MS: u64 = 1_000;
@@ -416,6 +419,10 @@ pub const MQTT_RETAINED_SWEEP_INTERVAL_MS: u64 = 60_000;
 /// Feed messages waiting between the engine and the broker; when full the engine does not
 /// wait: the message is dropped and counted.
 pub const MQTT_FEED_QUEUE_MAX: usize = 10_000;
+/// At start every device's stored state is published again, before the broker takes clients
+/// (more of them than the queue holds on a large site): a full queue is waited for, at most
+/// this long in all.
+pub const MQTT_FEED_RESTORE_WAIT_MS: u64 = 30_000;
 
 /// How often the feed reads the devices again (contact names may change).
 pub const MQTT_FEED_DEVICES_REFRESH_MS: u64 = 60_000;

@@ -287,7 +287,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         .mqtt
         .enabled
         .then(|| crate::mqtt::feed::Feed::new(feed_tx, config.site.timezone.clone(), Arc::clone(&app.mqtt)));
-    let location = crate::location::service::LocationService::start(
+    let mut location = crate::location::service::LocationService::start(
         Arc::clone(&store),
         Arc::clone(&app.site),
         Arc::clone(&app.scan),
@@ -307,9 +307,11 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             Arc::clone(&ingest),
             Arc::clone(&app.throttle),
         ));
-        let b = match started {
+        let mut b = match started {
             Ok(b) => b,
             Err(e) => {
+                // The engine's start may wait for room in the feed's queue: it has no reader now.
+                drop(feed_rx);
                 location.stop();
                 return Err(ServeError::Io(e));
             }
@@ -326,6 +328,8 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
                         Some(bridge)
                     }
                     Err(e) => {
+                        drop(feed_rx);
+                        b.stop();
                         location.stop();
                         return Err(ServeError::Io(format!("MQTT bridge: {e}")));
                     }
@@ -333,20 +337,55 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             }
             None => None,
         };
+        let forward = FeedForward { publisher, upstream };
+        // Clients come once the engine has loaded and the devices' restored states are in
+        // the broker: a subscriber then gets each one retained, not some live as the start
+        // publishes them.
+        let started = location.started.take();
+        runtime.block_on(async {
+            let Some(mut started) = started else { return };
+            let deadline = tokio::time::sleep(Duration::from_millis(limits::LOCATION_START_WAIT_MS));
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(m) = feed_rx.recv() => forward.send(m).await,
+                    _ = &mut started => {
+                        while let Ok(m) = feed_rx.try_recv() {
+                            forward.send(m).await;
+                        }
+                        return;
+                    }
+                    () = &mut deadline => {
+                        log::warn!("the location engine has not loaded within {} s; serving MQTT anyway", limits::LOCATION_START_WAIT_MS / 1000);
+                        return;
+                    }
+                }
+            }
+        });
+        b.open();
         feed_task = Some(runtime.spawn(async move {
             while let Some(m) = feed_rx.recv().await {
-                if let Some(bridge) = &upstream
-                    && bridge.tx.try_send(m.clone()).is_err()
-                {
-                    bridge.stats.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                publisher.publish(m.topic, m.payload, m.retain).await;
+                forward.send(m).await;
             }
-            if let Some(bridge) = upstream {
+            if let Some(bridge) = forward.upstream {
                 bridge.stop().await;
             }
         }));
         broker = Some(b);
+    }
+    // Without the broker, the engine's load is waited for all the same: `ready` means it
+    // follows the devices.
+    if let Some(started) = location.started.take() {
+        let waited = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_millis(limits::LOCATION_START_WAIT_MS), started).await
+        });
+        if waited.is_err() {
+            log::warn!(
+                "the location engine has not loaded within {} s; serving anyway",
+                limits::LOCATION_START_WAIT_MS / 1000
+            );
+        }
     }
     let ble_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ble = (config.location.scan == crate::location::site::Scan::Auto).then(|| {
@@ -435,6 +474,23 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     runtime.shutdown_timeout(Duration::from_secs(1));
     log::info!("stopped");
     Ok(())
+}
+
+/// Where the feed's messages go: the broker, and the upstream bridge's queue if there is one.
+struct FeedForward {
+    publisher: crate::mqtt::broker::Publisher,
+    upstream: Option<crate::mqtt::bridge::Bridge>,
+}
+
+impl FeedForward {
+    async fn send(&self, m: crate::mqtt::feed::FeedMessage) {
+        if let Some(bridge) = &self.upstream
+            && bridge.tx.try_send(m.clone()).is_err()
+        {
+            bridge.stats.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.publisher.publish(m.topic, m.payload, m.retain).await;
+    }
 }
 
 /// SIGTERM and SIGINT (stop), SIGHUP (reload the site map), registered once at start.

@@ -44,6 +44,9 @@ pub struct LocationService {
     stop: Arc<AtomicBool>,
     /// Set when the site map changed: the engine starts over with it.
     reload: Arc<AtomicBool>,
+    /// Sent once the engine has loaded: devices, placements kept from the last run, and the
+    /// feed's restored states queued.
+    pub started: Option<tokio::sync::oneshot::Receiver<()>>,
     thread: JoinHandle<()>,
 }
 
@@ -58,13 +61,14 @@ impl LocationService {
         let (tx, rx) = crossbeam_channel::bounded(limits::LOCATION_ADVERT_QUEUE_MAX);
         let stop = Arc::new(AtomicBool::new(false));
         let reload = Arc::new(AtomicBool::new(false));
+        let (started_tx, started) = tokio::sync::oneshot::channel();
         let thread = {
             let (stop, reload) = (Arc::clone(&stop), Arc::clone(&reload));
-            std::thread::Builder::new()
-                .name("location".into())
-                .spawn(move || run(&store, &site, retention_days, feed, &rx, &stop, &reload))?
+            std::thread::Builder::new().name("location".into()).spawn(move || {
+                run(&store, &site, retention_days, feed, &rx, Control { stop, reload, started: started_tx })
+            })?
         };
-        Ok(LocationService { adverts: tx, scan, stop, reload, thread })
+        Ok(LocationService { adverts: tx, scan, stop, reload, started: Some(started), thread })
     }
 
     /// The site map changed (SIGHUP): zone state starts over with the new map.
@@ -230,15 +234,23 @@ fn flush(
     alerts.act(store, feed, fired);
 }
 
+/// How the service steers the location thread.
+struct Control {
+    stop: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
+    /// Told once the engine has loaded.
+    started: tokio::sync::oneshot::Sender<()>,
+}
+
 fn run(
     store: &Store,
     site: &SiteHandle,
     retention_days: u64,
     mut feed: Option<Feed>,
     rx: &crossbeam_channel::Receiver<Advert>,
-    stop: &AtomicBool,
-    reload: &AtomicBool,
+    control: Control,
 ) {
+    let Control { stop, reload, started } = control;
     let state = current(site);
     let away_timeout_ms = i64::try_from(state.engine.away_timeout_ms).unwrap_or(i64::MAX);
     // The version before the devices: one added between the two reads is seen as a change at
@@ -268,6 +280,7 @@ fn run(
         feed.restore(store, now_ms(), away_timeout_ms);
         feed.resume(now_ms(), away_timeout_ms, &kept);
     }
+    let _ = started.send(());
     let mut last_feed_refresh = Instant::now();
     let mut pending = Pending::default();
     let mut outputs = Vec::new();

@@ -74,6 +74,8 @@ pub struct BrokerStats {
 /// A running broker. Dropping it does not stop it: call [`Broker::stop`].
 pub struct Broker {
     scx: ServerContext,
+    /// Opens the listeners to clients ([`Broker::open`]); until then they wait in the backlog.
+    gate: Option<tokio::sync::oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
     /// Closes connections that never send a CONNECT (`super::reaper`).
     reaper: tokio::task::JoinHandle<()>,
@@ -93,7 +95,8 @@ pub struct Publisher {
 }
 
 impl Broker {
-    /// Binds the listener and starts serving on the current tokio runtime.
+    /// Binds the listeners and starts the broker on the current tokio runtime; clients are
+    /// served from [`Broker::open`] on (the gateway publishes what it restored first).
     pub async fn start(
         settings: &BrokerSettings,
         store: Arc<Store>,
@@ -187,15 +190,26 @@ impl Broker {
         }
         // Started with `run`, not `start`: rmqtt's `start` exits the process when running fails.
         let server = server.build();
+        let (gate, opened) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
-            if let Err(e) = server.run().await {
+            // Not opened (the start failed after this): never served.
+            if opened.await.is_ok()
+                && let Err(e) = server.run().await
+            {
                 log::error!("MQTT broker stopped: {e}");
             }
         });
         let ports = [Some(addr), tls_addr, client_cert_addr].into_iter().flatten().map(|a| a.port()).collect();
         let timeout = Duration::from_millis(settings.handshake_timeout_ms);
         let reaper = tokio::spawn(super::reaper::run(ports, timeout, greeted));
-        Ok(Broker { scx, server, reaper, addr, tls_addr, client_cert_addr, stats })
+        Ok(Broker { scx, gate: Some(gate), server, reaper, addr, tls_addr, client_cert_addr, stats })
+    }
+
+    /// Serves clients from now on.
+    pub fn open(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.send(());
+        }
     }
 
     pub fn publisher(&self) -> Publisher {

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use serde_json::{Value, json};
 
 use super::broker::BrokerStats;
+use crate::limits;
 use crate::location::site::Site;
 use crate::store::{LocationEvent, Store, StoredDevice};
 use crate::timefmt::local_ms;
@@ -192,6 +193,9 @@ pub struct Feed {
     /// The stored states were published ([`Feed::restore`]): later device changes are
     /// published as they come.
     published: bool,
+    /// Until when a full queue is waited for instead of dropping: while the start publishes
+    /// every device's state (more than the queue holds on a large site), before clients come.
+    patient_until: Option<std::time::Instant>,
     stats: Arc<BrokerStats>,
 }
 
@@ -205,6 +209,7 @@ impl Feed {
             alerted: HashMap::new(),
             restored: None,
             published: false,
+            patient_until: None,
             stats,
         }
     }
@@ -273,9 +278,7 @@ impl Feed {
 
     /// Removes a topic's retained message (subscribers get the empty message).
     fn clear(&self, topic: String) {
-        if self.tx.try_send(FeedMessage { topic, payload: Vec::new(), retain: true }).is_err() {
-            self.stats.feed_dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.queue(FeedMessage { topic, payload: Vec::new(), retain: true });
     }
 
     /// At start: publishes every device's last state again (retained), and remembers which
@@ -284,7 +287,10 @@ impl Feed {
         self.published = true;
         // An alarm or low battery is set on a device that is there: placed again, it keeps
         // that state (as without the restart); not placed in time, it goes offline.
+        self.patient_until =
+            Some(std::time::Instant::now() + std::time::Duration::from_millis(limits::MQTT_FEED_RESTORE_WAIT_MS));
         let pending = self.publish_states(store, |_| true);
+        self.patient_until = None;
         self.online.extend(pending.iter().copied());
         self.restored = Some((now_ms + away_timeout_ms, pending));
     }
@@ -454,9 +460,26 @@ impl Feed {
     }
 
     fn send(&self, topic: String, msg: &Value, retain: bool) {
-        let payload = msg.to_string().into_bytes();
-        if self.tx.try_send(FeedMessage { topic, payload, retain }).is_err() {
-            self.stats.feed_dropped.fetch_add(1, Ordering::Relaxed);
+        self.queue(FeedMessage { topic, payload: msg.to_string().into_bytes(), retain });
+    }
+
+    /// Queues a message for the broker; a full queue drops it (counted), or while the feed is
+    /// patient waits for room.
+    fn queue(&self, mut m: FeedMessage) {
+        loop {
+            match self.tx.try_send(m) {
+                Ok(()) => return,
+                Err(tokio::sync::mpsc::error::TrySendError::Full(back))
+                    if self.patient_until.is_some_and(|until| std::time::Instant::now() < until) =>
+                {
+                    m = back;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(_) => {
+                    self.stats.feed_dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
         }
     }
 }

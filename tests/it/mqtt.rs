@@ -908,3 +908,76 @@ fn a_client_filling_the_retained_budget_leaves_the_device_states_retained() {
     let retained = std::iter::from_fn(|| late.next_publish(Duration::from_secs(3))).take(20).find(|p| p.retain);
     assert!(retained.is_some_and(|p| p.topic == "acme/5.1.22/state"), "the badge's state was not retained");
 }
+
+/// A restart publishes every device's stored state again, retained, before the broker takes
+/// clients: a subscriber that connects as soon as the service is ready gets all of them, each
+/// with the retained flag. Many devices (more than the feed's queue of 10,000 holds) make the
+/// start's publishing long enough to be seen: the broker took clients while it went on, so
+/// such a subscriber got some states live, and states beyond the queue were dropped.
+#[test]
+fn a_restart_publishes_every_device_state_before_it_takes_clients() {
+    const DEVICES: usize = 12_000;
+    let config =
+        site_config("client_queue_max = 20000\n").replace("away_timeout_ms = 4000", "away_timeout_ms = 600000");
+    let s = Service::start_with(
+        "a_restart_publishes_every_device_state_before_it_takes_clients",
+        Options { config: &config, env: vec![] },
+    );
+    let csv = s.dir.join("tags.csv");
+    let mut text = String::from("deviceaddress,beacon\n");
+    for i in 0..DEVICES {
+        text.push_str(&format!("9/1/{i},ibeacon:{BADGE_UUID}/9/{i}\n"));
+    }
+    std::fs::write(&csv, &text).unwrap();
+    let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let addr = mqtt_addr(&s);
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let watcher = connect(addr, "watcher", "intercom", &password).unwrap();
+    watcher.subscribe("acme/+/state");
+    // Every badge heard by the office's receiver, 1,000 to a message, 2,000 a second (the
+    // feed's queue takes what one second of them publishes).
+    let uuid = BADGE_UUID.replace('-', "");
+    let lines: Vec<String> = (0..DEVICES)
+        .map(|i| format!("{{\"mac\":\"C0:00:00:00:{:02X}:{:02X}\",\"rssi\":-60,\"mfg\":{{\"004c\":\"0215{uuid}0009{i:04x}c5\"}}}}\n", i >> 8, i & 0xff))
+        .collect();
+    let mut online = std::collections::HashSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while online.len() < DEVICES {
+        assert!(std::time::Instant::now() < deadline, "{} of {DEVICES} devices placed\n{}", online.len(), s.stderr());
+        for chunk in lines.chunks(1_000) {
+            if online.len() < DEVICES {
+                scanner.publish("acme/receivers/rx-b/adverts", &chunk.concat());
+            }
+            while let Some(p) = watcher.next_publish(Duration::from_millis(1)) {
+                online.insert(p.topic);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    assert_eq!(s.terminate(), Some(0));
+
+    let s = Service::launch(dir, cfg, &[]);
+    let late = connect(mqtt_addr(&s), "late", "intercom", &password).unwrap();
+    late.subscribe("acme/+/state");
+    let mut retained = std::collections::HashSet::new();
+    let mut live = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while retained.len() + live.len() < DEVICES && std::time::Instant::now() < deadline {
+        if let Some(p) = late.next_publish(Duration::from_millis(500)) {
+            let state: serde_json::Value = serde_json::from_slice(&p.payload).unwrap();
+            assert_eq!(state["data"]["state"], "online", "{state}");
+            if p.retain {
+                retained.insert(p.topic);
+            } else {
+                live.push(p.topic);
+            }
+        }
+    }
+    assert!(live.is_empty(), "{} states came live, not retained (first {:?})", live.len(), live.first());
+    assert_eq!(retained.len(), DEVICES, "states retained after the restart");
+    let health = s.anonymous().get_json("/health").json();
+    assert_eq!(health["mqtt"]["feeddropped"], 0, "{health}");
+}
