@@ -278,7 +278,7 @@ fn run(
     alerts.resume(now_ms(), away_timeout_ms, &kept);
     if let Some(feed) = &mut feed {
         feed.restore(store, now_ms(), away_timeout_ms);
-        feed.resume(now_ms(), away_timeout_ms, &kept);
+        feed.resume(store, now_ms(), away_timeout_ms, &kept);
     }
     let _ = started.send(());
     let mut last_feed_refresh = Instant::now();
@@ -398,7 +398,7 @@ fn run(
             let away_timeout_ms = i64::try_from(pipeline.engine.settings().away_timeout_ms).unwrap_or(i64::MAX);
             alerts.resume(now_ms(), away_timeout_ms, &kept);
             if let Some(feed) = &mut feed {
-                feed.resume(now_ms(), away_timeout_ms, &kept);
+                feed.resume(store, now_ms(), away_timeout_ms, &kept);
             }
             log::info!(
                 "location: the site map changed; {} devices stay in their zones, the others are placed again",

@@ -36,6 +36,11 @@ pub const STATE_ALARM: &str = "alarm";
 /// A battery rule fired for the device.
 pub const STATE_LOW_BATTERY: &str = "lowbattery";
 
+/// A device's new state: device id, state, Unix ms since.
+type Change = (i64, &'static str, i64);
+/// A device whose open alarm is its state again: device id, the alarm's text, when raised.
+type Alarmed = (i64, String, i64);
+
 /// What the feed needs to know of a device.
 #[derive(Debug, Clone)]
 pub struct FeedDevice {
@@ -295,13 +300,41 @@ impl Feed {
         self.restored = Some((now_ms + away_timeout_ms, pending));
     }
 
-    /// After a site reload, when the engine starts over: devices online now go offline if
-    /// the new engine does not place them within the away timeout; those `kept` in their
-    /// zones (placed by the new engine as they were) stay online.
-    pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64, kept: &HashSet<i64>) {
+    /// After a start or a site reload, when the engine starts over: devices online now go
+    /// offline if the new engine does not place them within the away timeout; those `kept`
+    /// in their zones (placed by the new engine as they were) are online.
+    pub fn resume(&mut self, store: &Store, now_ms: i64, away_timeout_ms: i64, kept: &HashSet<i64>) {
         // Those still waiting from the start are online too: they wait anew.
         let pending = self.online.iter().filter(|id| !kept.contains(id)).copied().collect();
         self.restored = Some((now_ms.saturating_add(away_timeout_ms), pending));
+        // Kept in a zone with its state stored `offline`: the last run stopped between the
+        // write that placed it and the one that stored its state (a power cut). It entered no
+        // zone since, so nothing else would publish it online while it stays.
+        let (mut changes, mut alarms) = (Vec::new(), Vec::new());
+        let mut arrived: Vec<i64> =
+            kept.iter().filter(|id| !self.online.contains(id) && self.devices.contains_key(id)).copied().collect();
+        arrived.sort_unstable();
+        for id in arrived {
+            self.arrive(store, id, now_ms, &mut changes, &mut alarms);
+        }
+        self.publish_changes(store, changes, alarms);
+    }
+
+    /// A device now in a zone that was not online: online, or its alarm again if one is open
+    /// (an alert's state it has already stays).
+    fn arrive(&mut self, store: &Store, id: i64, t_ms: i64, changes: &mut Vec<Change>, alarms: &mut Vec<Alarmed>) {
+        self.online.insert(id);
+        // Pressed on its way in (an alarm is published as its advert arrives, before the
+        // batch that places it): the alarm stays, as does a low battery.
+        if self.alerted.contains_key(&id) {
+            return;
+        }
+        // Back with an alarm nobody has acknowledged (it went offline since): the alarm
+        // again, as of when it was raised, not `online`.
+        match store.open_alarm(id) {
+            Ok(Some((text, alarm_ms))) => alarms.push((id, text, alarm_ms)),
+            _ => changes.push((id, STATE_ONLINE, t_ms)),
+        }
     }
 
     /// The wall clock was stepped by `by_ms`: the deadline for devices to be placed again
@@ -350,18 +383,7 @@ impl Feed {
             }
             let was_online = self.online.contains(&id);
             if inside && !was_online {
-                self.online.insert(id);
-                // Pressed on its way in (an alarm is published as its advert arrives, before
-                // the batch that places it): the alarm stays, as does a low battery.
-                if self.alerted.contains_key(&id) {
-                    continue;
-                }
-                // Back with an alarm nobody has acknowledged (it went offline since): the
-                // alarm again, as of when it was raised, not `online`.
-                match store.open_alarm(id) {
-                    Ok(Some((text, alarm_ms))) => alarms.push((id, text, alarm_ms)),
-                    _ => changes.push((id, STATE_ONLINE, t_ms)),
-                }
+                self.arrive(store, id, t_ms, &mut changes, &mut alarms);
             } else if !inside && was_online {
                 self.online.remove(&id);
                 changes.push((id, STATE_OFFLINE, t_ms));
@@ -377,6 +399,11 @@ impl Feed {
             }
             self.restored = None;
         }
+        self.publish_changes(store, changes, alarms);
+    }
+
+    /// Publishes and stores (in one write) state changes, and alarms' states again.
+    fn publish_changes(&mut self, store: &Store, mut changes: Vec<Change>, alarms: Vec<Alarmed>) {
         if changes.is_empty() && alarms.is_empty() {
             return;
         }
@@ -481,5 +508,52 @@ impl Feed {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::location::beacon::{BeaconId, Mac};
+    use crate::location::devices::Device;
+
+    /// A device the start keeps in its zone whose stored state is `offline` (the last run
+    /// stopped between the write that placed it and the one that stored its state) is
+    /// published and stored online: it enters no zone, so nothing else would.
+    #[test]
+    fn a_device_kept_in_its_zone_with_its_state_stored_offline_comes_online() {
+        let dir = std::env::temp_dir().join(format!("sitegate-feed-kept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        store.sync_organizations(&[crate::config::Organization { id: "o".into(), name: "O".into() }]).unwrap();
+        let device = |n: u8| Device {
+            deviceaddress: format!("1/1/{n}"),
+            deviceid: format!("1.1.{n}"),
+            label: String::new(),
+            tagtype: None,
+            beacon: BeaconId::Mac(Mac([0, 0, 0, 0, 0, n])),
+            contactid: None,
+        };
+        let kept = store.create_device("o", &device(1)).unwrap().id;
+        let away = store.create_device("o", &device(2)).unwrap().id;
+        store.set_device_states(&[(kept, STATE_OFFLINE, 1_000), (away, STATE_OFFLINE, 1_000)]).unwrap();
+
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let mut feed = Feed::new(tx, jiff::tz::TimeZone::UTC, Arc::new(BrokerStats::default()));
+        feed.set_devices(&store, &store.devices(None).unwrap());
+        feed.restore(&store, 5_000, 30_000);
+        feed.resume(&store, 5_000, 30_000, &HashSet::from([kept]));
+
+        let mut last = HashMap::new();
+        while let Ok(m) = rx.try_recv() {
+            let v: Value = serde_json::from_slice(&m.payload).unwrap();
+            assert!(m.retain, "{} {v}", m.topic);
+            last.insert(m.topic, v["data"]["state"].as_str().unwrap_or_default().to_string());
+        }
+        assert_eq!(last.get("o/1.1.1/state").map(String::as_str), Some(STATE_ONLINE), "{last:?}");
+        assert_eq!(last.get("o/1.1.2/state").map(String::as_str), Some(STATE_OFFLINE), "{last:?}");
+        let stored: Vec<(i64, String)> = store.device_states().unwrap().into_iter().map(|(id, s, _)| (id, s)).collect();
+        assert_eq!(stored, vec![(kept, STATE_ONLINE.to_string()), (away, STATE_OFFLINE.to_string())]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
