@@ -269,7 +269,7 @@ pub fn locate(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let params = ctx.params();
     let p = Params::new(&params);
     let search = p.text("searchvalue")?.unwrap_or_default();
-    if search.len() > limits::SEARCH_VALUE_BYTES_MAX {
+    if p.sent_bytes("searchvalue") > limits::SEARCH_VALUE_BYTES_MAX {
         return Err(ApiError::invalid_parameter("searchvalue", "is too long"));
     }
     let within = minutes(&p, "lastreportedwithin")?;

@@ -409,9 +409,9 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
         Some(Value::Array(_)) | None => None,
         Some(_) => p.nonempty("filtervalue")?,
     };
-    if let Some(v) = &value
-        && v.len() > limits::SEARCH_VALUE_BYTES_MAX
-    {
+    // As sent, blanks included (the description's `maxLength`): all blanks is no value, but
+    // not an unbounded one.
+    if p.sent_bytes("filtervalue") > limits::SEARCH_VALUE_BYTES_MAX {
         return Err(ApiError::invalid_parameter("filtervalue", "is too long"));
     }
     let special = p.nonempty("special")?.map(|s| s.to_ascii_uppercase());
@@ -521,7 +521,7 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
 
 fn search_of(rt: RecordType, custom: &[model::CustomField], p: &Params<'_>) -> Result<Option<Search>, ApiError> {
     let value = p.text("searchvalue")?.unwrap_or_default();
-    if value.len() > limits::SEARCH_VALUE_BYTES_MAX {
+    if p.sent_bytes("searchvalue") > limits::SEARCH_VALUE_BYTES_MAX {
         return Err(ApiError::invalid_parameter("searchvalue", "is too long"));
     }
     let mode_text = match p.nonempty("searchmode")? {
