@@ -79,12 +79,15 @@ pub struct Alerts {
     /// Devices with an alarm nobody has acknowledged (as the database said at the last look,
     /// and those raised since).
     open_alarms: HashSet<i64>,
-    /// When each device's alarm flag was last seen raised.
+    /// When each device's alarm flag was last seen raised, while it is (a lowered flag
+    /// removes it).
     flag_ms: HashMap<i64, i64>,
-    /// Devices whose alarm was acknowledged while their flag was still raised: that press
-    /// raises nothing more; the flag seen lowered, or raised again after
-    /// `ALERT_ALARM_RELEASE_MS` without, is a new press.
-    held: HashSet<i64>,
+    /// When each device's latest press began: its flag raised after it was seen lowered, or
+    /// after `ALERT_ALARM_RELEASE_MS` without a raised flag. Kept after the release.
+    press_began: HashMap<i64, i64>,
+    /// Devices whose alarm was acknowledged while their flag was still raised, and when that
+    /// press began: it raises nothing more; a press that began later raises an alarm.
+    held: HashMap<i64, i64>,
     /// Devices whose battery reports are back above the battery rules, since the last
     /// [`Alerts::act`].
     recovered: Vec<i64>,
@@ -98,7 +101,8 @@ impl Alerts {
             unrecorded: Vec::new(),
             open_alarms: HashSet::new(),
             flag_ms: HashMap::new(),
-            held: HashSet::new(),
+            press_began: HashMap::new(),
+            held: HashMap::new(),
             recovered: Vec::new(),
         }
     }
@@ -147,8 +151,9 @@ impl Alerts {
 
     /// Looks for acknowledged alarms (while any is open): the device's alarm state on the feed
     /// goes back to online (offline if it is not placed), and its next press raises an alarm
-    /// however soon it comes.
-    pub fn acks(&mut self, store: &Store, mut feed: Option<&mut Feed>, now_ms: i64) {
+    /// however soon it comes: one that began after the acknowledgement, before this look, is
+    /// raised now (`out`).
+    pub fn acks(&mut self, store: &Store, mut feed: Option<&mut Feed>, now_ms: i64, out: &mut Vec<Fired>) {
         if self.open_alarms.is_empty() {
             return;
         }
@@ -170,6 +175,20 @@ impl Alerts {
         self.open_alarms.extend(waiting);
         for device in acked {
             self.eval.forget_alarms(device);
+            log::info!("alerts: the alarms of device {device} are acknowledged");
+            if let Some(feed) = feed.as_deref_mut() {
+                feed.alarm_acked(store, device, now_ms);
+            }
+            let Some(&began) = self.press_began.get(&device) else { continue };
+            // Looked for once a flush: a press may have begun between the acknowledgement and
+            // this look (the repeat window of the alarm acknowledged held it back).
+            let acked_ms = store.alarm_acked_ms(device).ok().flatten().unwrap_or(now_ms);
+            if began > acked_ms {
+                if let Some(f) = self.facts(device) {
+                    self.eval.alarm_event(f, began, out);
+                }
+                continue;
+            }
             // Still pressed (raised in an advert within the release time): that press is
             // the one acknowledged.
             let pressed = self
@@ -177,11 +196,7 @@ impl Alerts {
                 .get(&device)
                 .is_some_and(|t| now_ms.saturating_sub(*t) < crate::limits::ALERT_ALARM_RELEASE_MS);
             if pressed {
-                self.held.insert(device);
-            }
-            log::info!("alerts: the alarms of device {device} are acknowledged");
-            if let Some(feed) = feed.as_deref_mut() {
-                feed.alarm_acked(store, device, now_ms);
+                self.held.insert(device, began);
             }
         }
     }
@@ -210,7 +225,8 @@ impl Alerts {
             })
             .collect();
         self.flag_ms.retain(|id, _| self.devices.contains_key(id));
-        self.held.retain(|id| self.devices.contains_key(id));
+        self.press_began.retain(|id, _| self.devices.contains_key(id));
+        self.held.retain(|id, _| self.devices.contains_key(id));
     }
 
     /// At start and after a site reload, when the engine starts over: a device heard within
@@ -239,7 +255,7 @@ impl Alerts {
                 *until = until.saturating_add(by_ms);
             }
         }
-        for t in self.flag_ms.values_mut() {
+        for t in self.flag_ms.values_mut().chain(self.press_began.values_mut()).chain(self.held.values_mut()) {
             *t = t.saturating_add(by_ms);
         }
     }
@@ -256,17 +272,24 @@ impl Alerts {
         let Some(f) = self.facts(device_id) else { return };
         let Some(flag) = f.tagtype.and_then(|t| site.tag_type(t)).and_then(|t| t.alarm) else { return };
         if !flag.raised(a) {
+            self.flag_ms.remove(&device_id);
             self.held.remove(&device_id);
             return;
         }
         let last = self.flag_ms.insert(device_id, a.t_ms);
-        if self.held.contains(&device_id) {
-            // The acknowledged press, still held down (or its adverts still coming).
-            if last.is_some_and(|t| (0..crate::limits::ALERT_ALARM_RELEASE_MS).contains(&(a.t_ms - t))) {
-                return;
+        let goes_on = last.is_some_and(|t| (0..crate::limits::ALERT_ALARM_RELEASE_MS).contains(&(a.t_ms - t)));
+        let began = match self.press_began.get(&device_id) {
+            Some(&began) if goes_on => began,
+            _ => {
+                self.press_began.insert(device_id, a.t_ms);
+                a.t_ms
             }
-            self.held.remove(&device_id);
+        };
+        // The acknowledged press, still held down (or its adverts still coming).
+        if self.held.get(&device_id) == Some(&began) {
+            return;
         }
+        self.held.remove(&device_id);
         self.eval.alarm_event(f, a.t_ms, out);
     }
 

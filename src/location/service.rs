@@ -230,7 +230,7 @@ fn flush(
             pending.put_back(batch);
         }
     }
-    alerts.acks(store, feed.as_deref_mut(), now_ms());
+    alerts.acks(store, feed.as_deref_mut(), now_ms(), fired);
     alerts.act(store, feed, fired);
 }
 

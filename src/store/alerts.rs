@@ -265,6 +265,15 @@ impl Store {
         })
     }
 
+    /// When a device's alarms were last acknowledged (Unix ms), if ever.
+    pub fn alarm_acked_ms(&self, device_id: i64) -> Result<Option<i64>> {
+        self.read(|tx| {
+            Ok(tx
+                .prepare_cached("SELECT MAX(acked_ms) FROM alerts WHERE device_id = ?1 AND channel = 'alarm'")?
+                .query_row([device_id], |r| r.get(0))?)
+        })
+    }
+
     /// A device's newest alarm nobody has acknowledged: its text and time.
     pub fn open_alarm(&self, device_id: i64) -> Result<Option<(String, i64)>> {
         self.read(|tx| {

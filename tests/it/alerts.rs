@@ -700,8 +700,14 @@ fn an_acknowledged_alarm_gives_the_state_back_and_lets_the_next_press_through() 
     let alarm_message = heard.iter().find(|(t, v)| t.ends_with("/alert") && v["type"] == "Alarm").map(|(_, v)| v);
     assert_eq!(alarm_message.map(|v| v["alertId"].as_i64()), Some(Some(first_id)), "{heard:?}");
 
-    // Acknowledged while the button is still held: the state goes back, no second alarm.
-    // Acknowledged twice: one `alerts.ack` delivery.
+    // Pressed again while the alarm is open (nothing new), and acknowledged while the button
+    // is still held: the state goes back, no second alarm. Acknowledged twice: one
+    // `alerts.ack` delivery.
+    for _ in 0..5 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     c.post_json(&format!("/alerts/{first_id}/ack"), "{}").assert_status(200);
     c.post_json(&format!("/alerts/{first_id}/ack"), "{}").assert_status(200);
     let got = rx.wait_accepted(1);
@@ -751,4 +757,37 @@ fn an_acknowledged_alarm_gives_the_state_back_and_lets_the_next_press_through() 
     let c = s.client(&admin);
     let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
     report_until(&scanner, &c, true, "Alarm", 3);
+}
+
+/// A press that begins in the moment after an acknowledgement, before the location thread
+/// looks for it (once a flush), raises an alarm: the repeat window of the alarm acknowledged
+/// held it back, and the look then took it for that press still held down, so nothing was
+/// raised for as long as it was held (and a quick press and release was lost too).
+#[test]
+fn a_press_just_after_an_acknowledgement_raises_an_alarm() {
+    let (s, _) = start_with_badge("a_press_just_after_an_acknowledgement_raises_an_alarm");
+    let c = s.admin_client();
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let send = |panic: bool, ms: u64| {
+        let end = std::time::Instant::now() + Duration::from_millis(ms);
+        while std::time::Instant::now() < end {
+            scanner.publish("acme/receivers/rx-b/adverts", &advert(panic));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    send(false, 2000);
+    report_until(&scanner, &c, true, "Alarm", 1);
+    send(false, 1500);
+    let first = c.get_json("/alerts?type=Alarm").json()["alerts"]["records"][0]["id"].as_i64().unwrap();
+    c.post_json(&format!("/alerts/{first}/ack"), "{}").assert_status(200);
+    // Pressed at once (released in between), held 3 s: a second alarm.
+    send(true, 3000);
+    send(false, 1500);
+    assert_eq!(recorded(&c, "Alarm"), 2, "the press right after the acknowledgement raised no alarm");
+    // A quick press and release right after the next acknowledgement: a third.
+    let second = c.get_json("/alerts?type=Alarm").json()["alerts"]["records"][0]["id"].as_i64().unwrap();
+    c.post_json(&format!("/alerts/{second}/ack"), "{}").assert_status(200);
+    send(true, 200);
+    send(false, 2500);
+    assert_eq!(recorded(&c, "Alarm"), 3, "the quick press right after the acknowledgement raised no alarm");
 }
