@@ -192,36 +192,65 @@ impl ClockSteps {
         ClockSteps { wall_ms: now_ms(), at: Instant::now() }
     }
 
-    /// How far the wall clock was stepped since the last look, if it was.
-    fn step(&mut self) -> Option<i64> {
+    /// The wall clock now, and how far it was stepped since the last look, if it was (the
+    /// caller follows the step: the next look does not see it again).
+    fn look(&mut self) -> (i64, Option<i64>) {
         let (wall_ms, at) = (now_ms(), Instant::now());
         let passed = i64::try_from(at.duration_since(self.at).as_millis()).unwrap_or(i64::MAX);
         let step = wall_ms.saturating_sub(self.wall_ms).saturating_sub(passed);
         (self.wall_ms, self.at) = (wall_ms, at);
-        (step.abs() >= limits::LOCATION_CLOCK_STEP_MS_MIN).then_some(step)
+        (wall_ms, (step.abs() >= limits::LOCATION_CLOCK_STEP_MS_MIN).then_some(step))
     }
+}
+
+/// The wall clock was stepped by `step` ms: the engine's, the alerts' and the feed's times
+/// move with it.
+fn follow_step(step: i64, pipeline: &mut Pipeline, alerts: &mut crate::alerts::Alerts, feed: Option<&mut Feed>) {
+    log::warn!("location: the system clock was set {step:+} ms; the engine's and the alerts' times follow");
+    pipeline.shift(step);
+    alerts.shift(step);
+    if let Some(feed) = feed {
+        feed.shift(step);
+    }
+}
+
+/// What the location thread reuses between adverts and batches.
+#[derive(Default)]
+struct Scratch {
+    fired: Vec<crate::alerts::rules::Fired>,
+    outputs: Vec<super::engine::Output>,
 }
 
 /// Writes what the engine decided up to now, then publishes it and gives it to the rules
 /// (what the database refused is kept for the next write), and acts on what fired.
 fn flush(
     store: &Store,
+    clock: &mut ClockSteps,
     pipeline: &mut Pipeline,
     pending: &mut Pending,
     mut feed: Option<&mut Feed>,
     alerts: &mut crate::alerts::Alerts,
-    fired: &mut Vec<crate::alerts::rules::Fired>,
-    outputs: &mut Vec<super::engine::Output>,
+    scratch: &mut Scratch,
 ) {
-    pipeline.tick_until(now_ms(), outputs);
-    pending.outputs(pipeline, outputs);
+    let (wall_ms, step) = clock.look();
+    if let Some(step) = step {
+        follow_step(step, pipeline, alerts, feed.as_deref_mut());
+    }
+    pipeline.tick_until(wall_ms, &mut scratch.outputs);
+    pending.outputs(pipeline, &mut scratch.outputs);
     let batch = pending.take();
-    match store.write_location_batch(&batch) {
+    let written = store.write_location_batch(&batch);
+    // The write may wait (other writers, slow storage). A step of the clock meanwhile is
+    // followed after the batch, which is judged in the times it was decided in: judged with
+    // the stepped clock, an hour's step made everyone heard all along "not seen for an hour".
+    let (wall_ms, step) = clock.look();
+    let now = wall_ms.saturating_sub(step.unwrap_or(0));
+    match written {
         Ok(()) => {
             if let Some(feed) = feed.as_deref_mut() {
-                feed.batch(store, &pipeline.site, &batch.events, now_ms());
+                feed.batch(store, &pipeline.site, &batch.events, now);
             }
-            alerts.batch(&batch.events, now_ms(), fired);
+            alerts.batch(&batch.events, now, &mut scratch.fired);
         }
         Err(e) => {
             if !e.logged_once() {
@@ -230,8 +259,11 @@ fn flush(
             pending.put_back(batch);
         }
     }
-    alerts.acks(store, feed.as_deref_mut(), now_ms(), fired);
-    alerts.act(store, feed, fired);
+    alerts.acks(store, feed.as_deref_mut(), now, &mut scratch.fired);
+    if let Some(step) = step {
+        follow_step(step, pipeline, alerts, feed.as_deref_mut());
+    }
+    alerts.act(store, feed, &mut scratch.fired);
 }
 
 /// How the service steers the location thread.
@@ -273,7 +305,6 @@ fn run(
     let kept: std::collections::HashSet<i64> = resumed.iter().map(|(id, _)| *id).collect();
     let mut alerts = crate::alerts::Alerts::new(Arc::clone(&state.rules));
     alerts.restore(store);
-    let mut fired = Vec::new();
     refresh_devices(store, feed.as_mut(), &mut alerts);
     alerts.resume(now_ms(), away_timeout_ms, &kept);
     if let Some(feed) = &mut feed {
@@ -283,7 +314,7 @@ fn run(
     let _ = started.send(());
     let mut last_feed_refresh = Instant::now();
     let mut pending = Pending::default();
-    let mut outputs = Vec::new();
+    let mut scratch = Scratch::default();
     let flush_every = Duration::from_millis(limits::LOCATION_FLUSH_MS);
     let mut last_flush = Instant::now();
     let mut last_purge: Option<Instant> = None;
@@ -302,28 +333,23 @@ fn run(
         let received = rx.recv_timeout(flush_every / 4);
         // Looked for after the wait, before what arrived is taken: an advert stamped after a
         // step meets the engine's times moved by it.
-        if let Some(step) = clock.step() {
-            log::warn!("location: the system clock was set {step:+} ms; the engine's and the alerts' times follow");
-            pipeline.shift(step);
-            alerts.shift(step);
-            if let Some(feed) = &mut feed {
-                feed.shift(step);
-            }
+        if let (_, Some(step)) = clock.look() {
+            follow_step(step, &mut pipeline, &mut alerts, feed.as_mut());
         }
         match received {
             Ok(mut advert) => {
                 // Stamped before the clock was set back (it waited in the queue across the
                 // step): it is as of now, not of a time the engine's have moved away from.
                 advert.t_ms = advert.t_ms.min(now_ms());
-                if let Some(heard) = pipeline.advert(&advert, &mut outputs)
+                if let Some(heard) = pipeline.advert(&advert, &mut scratch.outputs)
                     && let Some(key) = pipeline.registry.key(heard.device)
                 {
                     pending.seen.insert(key, advert.t_ms);
-                    alerts.advert(&pipeline.site, key, &advert, &mut fired);
-                    if !fired.is_empty() {
+                    alerts.advert(&pipeline.site, key, &advert, &mut scratch.fired);
+                    if !scratch.fired.is_empty() {
                         // A raised alarm (a panic button) is recorded and published at once,
                         // not with the next batch up to LOCATION_FLUSH_MS later.
-                        alerts.act(store, feed.as_mut(), &mut fired);
+                        alerts.act(store, feed.as_mut(), &mut scratch.fired);
                     }
                     if let Some(mv) = heard.battery_mv {
                         pending.battery.insert(key, (advert.t_ms, Some(mv)));
@@ -366,7 +392,7 @@ fn run(
         // been through the engine.
         let stopping = stop.load(Ordering::SeqCst) && rx.is_empty();
         if last_flush.elapsed() >= flush_every || stopping {
-            flush(store, &mut pipeline, &mut pending, feed.as_mut(), &mut alerts, &mut fired, &mut outputs);
+            flush(store, &mut clock, &mut pipeline, &mut pending, feed.as_mut(), &mut alerts, &mut scratch);
             let dropped = pending.take_dropped();
             if dropped > 0 {
                 log::warn!("location: {dropped} decisions and updates dropped: too many waiting for the database");
@@ -379,7 +405,7 @@ fn run(
         if reload.swap(false, Ordering::SeqCst) {
             // What the old engine decided is written, published and given to the rules as
             // any batch is (a battery report in it raised nothing when it was only written).
-            flush(store, &mut pipeline, &mut pending, feed.as_mut(), &mut alerts, &mut fired, &mut outputs);
+            flush(store, &mut clock, &mut pipeline, &mut pending, feed.as_mut(), &mut alerts, &mut scratch);
             let state = current(site);
             alerts.set_rules(&state.rules);
             // The new engine starts with each device in the zone it was in, where that zone

@@ -791,3 +791,51 @@ fn a_press_just_after_an_acknowledgement_raises_an_alarm() {
     send(false, 2500);
     assert_eq!(recorded(&c, "Alarm"), 3, "the quick press right after the acknowledgement raised no alarm");
 }
+
+/// A step of the clock while the location thread writes its batch (here the write waits for
+/// another process's write lock, as behind a command-line import or on slow storage) is
+/// followed like any other: the batch is judged in the times it was decided in. Judged with
+/// the stepped clock, a badge heard five times a second was "not seen for 60 minutes".
+#[test]
+fn a_clock_step_during_a_batch_write_raises_no_not_seen_alert() {
+    let stepped = SteppedClock::new("a_clock_step_during_a_batch_write_offset");
+    let config = format!(
+        "{}\n[[alert_rules]]\nid = \"gone\"\ntype = \"warn\"\nwhen = \"not_seen\"\nminutes = 10\n",
+        site_config("")
+    );
+    let s = Service::start_with(
+        "a_clock_step_during_a_batch_write_raises_no_not_seen_alert",
+        Options { config: &config, env: stepped.env() },
+    );
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "contactid": {ann}"#));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hearing = {
+        let (client, stop) = (scanner.client.clone(), std::sync::Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let advert = badge_advert(-60, None, "");
+                let _ = client.try_publish("acme/receivers/rx-b/adverts", rumqttc::QoS::AtLeastOnce, false, advert);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
+    std::thread::sleep(Duration::from_secs(2));
+    let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    std::fs::write(&stepped.offset, "+3600").unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    db.execute_batch("ROLLBACK").unwrap();
+    drop(db);
+    std::thread::sleep(Duration::from_millis(2500));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    hearing.join().unwrap();
+    assert!(s.stderr().contains("the system clock was set"), "the step was not seen:\n{}", s.stderr());
+    let warns = c.get_json("/alerts?all=1&type=Warn").json();
+    assert_eq!(warns["alerts"]["count"], 0, "a badge heard all along was reported unseen: {warns}");
+}
