@@ -31,6 +31,13 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
+/// One hook's next deliveries for a sender, and `Store::hook_changes` as it was before they
+/// were read.
+struct Job {
+    changes: u64,
+    batch: Vec<Outgoing>,
+}
+
 pub struct Deliverer {
     wake_tx: crossbeam_channel::Sender<()>,
     stop_tx: crossbeam_channel::Sender<()>,
@@ -62,7 +69,7 @@ impl Deliverer {
     ) -> std::io::Result<Deliverer> {
         let (wake_tx, wake_rx) = wake;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
-        let (job_tx, job_rx) = crossbeam_channel::bounded::<Vec<Outgoing>>(config.workers);
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(config.workers);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(config.workers);
         let agent_config = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_millis(config.connect_timeout_ms)))
@@ -88,11 +95,11 @@ impl Deliverer {
             let (stopping, store) = (Arc::clone(&stopping), Arc::clone(&store));
             senders.push(std::thread::Builder::new().name(format!("webhook-send-{i}")).spawn(move || {
                 lower_priority();
-                for batch in job_rx.iter() {
+                for Job { changes, batch } in job_rx.iter() {
                     let Some(hook_id) = batch.first().map(|o| o.hook_id) else { continue };
                     // In order; the first one not accepted ends the batch (the rest keep their turn),
-                    // and so does a change of any hook (the rest go with its new settings).
-                    let changes = store.hook_changes();
+                    // and so does a change of any hook since the batch was read, the first
+                    // delivery included (the rest go with its new settings).
                     let mut attempts = Vec::with_capacity(batch.len());
                     let mut reported = Instant::now();
                     let every = Duration::from_millis(limits::WEBHOOK_RECORD_INTERVAL_MS);
@@ -287,7 +294,7 @@ fn dispatch(
     metrics: &Metrics,
     wake_rx: &crossbeam_channel::Receiver<()>,
     stop_rx: &crossbeam_channel::Receiver<()>,
-    job_tx: crossbeam_channel::Sender<Vec<Outgoing>>,
+    job_tx: crossbeam_channel::Sender<Job>,
     done_rx: &crossbeam_channel::Receiver<Done>,
 ) -> bool {
     let mut senders = Senders::new(config.workers);
@@ -356,6 +363,11 @@ fn dispatch(
                 ok
             };
             let now = now_secs();
+            // Before the read: a hook changed after it (its URL and secret read old) stops
+            // its batch before the first delivery. Taken when a sender began it, a change
+            // between the read and then was not seen, and the batch went with the old URL
+            // and secret.
+            let changes = store.hook_changes();
             match store.due_deliveries(now, &config.retry_delays_s, &busy, limits::WEBHOOK_BATCH_PER_HOOK, take) {
                 Ok((batches, next)) => {
                     next_due = next;
@@ -363,7 +375,7 @@ fn dispatch(
                         let Some(first) = batch.first() else { continue };
                         let (hook_id, url) = (first.hook_id, first.url.clone());
                         senders.take(hook_id, &url, taken.get(&hook_id).copied().unwrap_or(false));
-                        if job_tx.send(batch).is_err() {
+                        if job_tx.send(Job { changes, batch }).is_err() {
                             return true; // no sender left
                         }
                     }
