@@ -300,6 +300,9 @@ impl Store {
     }
 
     /// Writes what the engine decided, in one transaction: history rows, visits, status.
+    /// What it decided before a device's data was forgotten (a purge while the batch waited)
+    /// is not written as of then: no history row, and a visit from the purge on (a purge
+    /// time ahead of now is not heeded: the clock was set back since).
     pub fn write_location_batch(&self, batch: &LocationBatch) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
@@ -324,15 +327,19 @@ impl Store {
                         )?;
                     }
                     LocationEvent::Enter { device_id, t_ms, zone_id } => {
-                        // A device deleted since the engine decided has nothing written.
+                        // A device deleted since the engine decided has nothing written; one
+                        // whose data was forgotten since entered at that moment.
                         tx.exec(
                             "INSERT INTO visits (device_id, zone_id, enter_ms)
-                             SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM devices WHERE id = ?1)",
-                            (device_id, zone_id, t_ms),
+                             SELECT id, ?2, CASE WHEN purged_ms > ?3 AND purged_ms <= ?4 THEN purged_ms ELSE ?3 END
+                             FROM devices WHERE id = ?1",
+                            (device_id, zone_id, t_ms, now),
                         )?;
                         tx.exec(
-                            "UPDATE devices SET zone_id = ?2, zone_since_ms = ?3 WHERE id = ?1",
-                            (device_id, zone_id, t_ms),
+                            "UPDATE devices SET zone_id = ?2,
+                                 zone_since_ms = CASE WHEN purged_ms > ?3 AND purged_ms <= ?4 THEN purged_ms ELSE ?3 END
+                             WHERE id = ?1",
+                            (device_id, zone_id, t_ms, now),
                         )?;
                     }
                     LocationEvent::Exit { device_id, t_ms, zone_id } => {
@@ -349,15 +356,18 @@ impl Store {
                         )?;
                     }
                     LocationEvent::Update { device_id, t_ms, zone_id, lat, lon, receiver, rssi } => {
+                        // Not of a device deleted since, nor from before its data was forgotten.
                         tx.exec(
                             "INSERT OR REPLACE INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi)
-                             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM devices WHERE id = ?1)",
-                            (device_id, t_ms, zone_id, lat, lon, receiver, rssi),
+                             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 FROM devices
+                             WHERE id = ?1 AND NOT (coalesce(purged_ms, 0) > ?2 AND purged_ms <= ?8)",
+                            (device_id, t_ms, zone_id, lat, lon, receiver, rssi, now),
                         )?;
                         tx.exec(
                             "UPDATE devices SET lat = ?2, lon = ?3, receiver = ?4, rssi = ?5, position_ms = ?6,
-                                                position_zone_id = ?7 WHERE id = ?1",
-                            (device_id, lat, lon, receiver, rssi, t_ms, zone_id),
+                                                position_zone_id = ?7
+                             WHERE id = ?1 AND NOT (coalesce(purged_ms, 0) > ?6 AND purged_ms <= ?8)",
+                            (device_id, lat, lon, receiver, rssi, t_ms, zone_id, now),
                         )?;
                     }
                 }
@@ -522,7 +532,7 @@ impl Store {
                 tx.exec("UPDATE visits SET enter_ms = ?2 WHERE device_id = ?1 AND exit_ms IS NULL", (id, now))?;
                 tx.exec(
                     "UPDATE devices SET lat = NULL, lon = NULL, receiver = NULL, rssi = NULL, position_ms = NULL,
-                                        position_zone_id = NULL,
+                                        position_zone_id = NULL, purged_ms = ?2,
                                         zone_since_ms = CASE WHEN zone_id IS NULL THEN NULL ELSE ?2 END
                      WHERE id = ?1",
                     (id, now),

@@ -359,4 +359,9 @@ UPDATE alerts SET channel = 'alarm' WHERE EXISTS
     (SELECT 1 FROM device_states s WHERE s.device_id = alerts.device_id AND s.state = 'alarm' AND s.t_ms = alerts.t_ms);
 CREATE INDEX alerts_open_alarms ON alerts (device_id) WHERE channel = 'alarm' AND acked_ms IS NULL;
 "#,
+    // 14: when a device's location data was last forgotten (`Store::purge_contact_locations`):
+    // what the location thread decided before it, written after it, is not written.
+    r#"
+ALTER TABLE devices ADD COLUMN purged_ms INTEGER;
+"#,
 ];

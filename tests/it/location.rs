@@ -659,3 +659,58 @@ fn old_location_data_and_alerts_are_purged_at_any_volume() {
     });
     wait_for("the purge logged", || s.stderr().contains("forgot 11990 history rows and 11990 alerts").then_some(()));
 }
+
+/// Forgetting a contact's location data while her badge is heard leaves nothing from before
+/// the purge: what the location thread decided just before it, written after it in the
+/// once-a-second batch, brought history rows (and visits) from before the purge back.
+#[test]
+fn a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it() {
+    use crate::mqtt::{add_badge, badge_advert, connect, mqtt_addr, mqtt_user};
+    use std::time::Duration;
+
+    let config = crate::mqtt::site_config("");
+    let s = Service::start_with(
+        "a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it",
+        Options { config: &config, env: vec![] },
+    );
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "contactid": {ann}"#));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hearing = {
+        let (client, stop) = (scanner.client.clone(), std::sync::Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let advert = badge_advert(-60, None, "");
+                let _ = client.try_publish("acme/receivers/rx-b/adverts", rumqttc::QoS::AtLeastOnce, false, advert);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
+    std::thread::sleep(Duration::from_secs(2));
+    let db = s.dir.join("data/sitegate.db");
+    let now_ms = || {
+        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
+    };
+    let mut failed = Vec::new();
+    for i in 0..10 {
+        let purge_ms = now_ms();
+        c.delete(&format!("/contacts/{ann}/locations")).assert_status(200);
+        std::thread::sleep(Duration::from_millis(2500));
+        let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [purge_ms], |r| r.get(0)).unwrap() };
+        let rows = count("SELECT count(*) FROM locations WHERE t_ms < ?1");
+        let visits = count("SELECT count(*) FROM visits WHERE enter_ms < ?1");
+        if rows + visits > 0 {
+            failed.push((i, rows, visits));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    hearing.join().unwrap();
+    assert!(failed.is_empty(), "purges after which history (rows, visits) from before them came back: {failed:?}");
+    // The badge is still placed and recorded from the last purge on.
+    let history = c.get_json(&format!("/contacts/{ann}/locations")).json();
+    assert_eq!(c.get_json("/devices/1").json()["device"]["zoneid"], 22, "{history}");
+}
