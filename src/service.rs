@@ -242,6 +242,20 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         Arc::clone(&metrics),
         app.quota.allowed(),
     ));
+    // Before the API serves: a write from then on queues its webhooks.
+    let wake = crate::webhooks::Deliverer::channel();
+    let wake_tx = wake.0.clone();
+    store.set_outbox(crate::store::Outbox {
+        render: Arc::new(crate::api::webhooks::Payloads {
+            fields: Arc::clone(&config.fields),
+            timezone: config.site.timezone.clone(),
+        }),
+        backlog_max: i64::try_from(config.webhooks.backlog_max).unwrap_or(i64::MAX),
+        body_bytes_max: limits::WEBHOOK_BODY_BYTES_MAX,
+        wake: Arc::new(move || {
+            let _ = wake_tx.try_send(());
+        }),
+    });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut servers = Vec::new();
     {
@@ -261,19 +275,6 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     }
     drop(shared);
 
-    let wake = crate::webhooks::Deliverer::channel();
-    let wake_tx = wake.0.clone();
-    store.set_outbox(crate::store::Outbox {
-        render: Arc::new(crate::api::webhooks::Payloads {
-            fields: Arc::clone(&config.fields),
-            timezone: config.site.timezone.clone(),
-        }),
-        backlog_max: i64::try_from(config.webhooks.backlog_max).unwrap_or(i64::MAX),
-        body_bytes_max: limits::WEBHOOK_BODY_BYTES_MAX,
-        wake: Arc::new(move || {
-            let _ = wake_tx.try_send(());
-        }),
-    });
     let deliverer =
         crate::webhooks::Deliverer::start(Arc::clone(&store), config.webhooks.clone(), Arc::clone(&metrics), wake)
             .map_err(|e| ServeError::Io(format!("cannot start webhook delivery: {e}")))?;
