@@ -343,6 +343,15 @@ impl Store {
                         )?;
                     }
                     LocationEvent::Exit { device_id, t_ms, zone_id } => {
+                        // Left before its data was forgotten: the visit the purge moved to its
+                        // time goes, rather than stay as a visit of no length at the purge.
+                        tx.exec(
+                            "DELETE FROM visits WHERE id = (SELECT id FROM visits WHERE device_id = ?1 AND zone_id = ?2
+                                                            AND exit_ms IS NULL ORDER BY enter_ms DESC LIMIT 1)
+                             AND enter_ms = (SELECT purged_ms FROM devices WHERE id = ?1) AND ?3 < enter_ms
+                             AND enter_ms <= ?4",
+                            (device_id, zone_id, t_ms, now),
+                        )?;
                         tx.exec(
                             // Never before its entry (one dated before the clock was set back).
                             "UPDATE visits SET exit_ms = max(?3, enter_ms)
@@ -569,4 +578,101 @@ fn close_open_visits_in(tx: &rusqlite::Connection, kept: &[(i64, i64)]) -> Resul
             [&kept],
         )?;
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FieldValues, RecordType, Viewer};
+
+    /// What the location thread decided before a purge and writes after it is not written as
+    /// of then: no history row, the zone it entered from the purge on, and the visit it left
+    /// (moved to the purge by it) gone rather than kept as a visit of no length at the purge.
+    #[test]
+    fn a_batch_written_after_a_purge_writes_nothing_from_before_it() {
+        let dir = std::env::temp_dir().join(format!("sitegate-purge-batch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir.join("site.db")).unwrap();
+        store.sync_organizations(&[crate::config::Organization { id: "acme".into(), name: "Acme".into() }]).unwrap();
+        let ann = super::super::NewUser {
+            org: "acme",
+            email: "ann@acme.test",
+            name: "Ann",
+            admin: true,
+            prevent_private: false,
+            groups: &[],
+            token_sha256: &[0; 32],
+        };
+        let viewer = Viewer {
+            user_id: store.create_user(&ann).unwrap(),
+            org: "acme".into(),
+            admin: true,
+            prevent_private: false,
+            groups: vec![],
+        };
+        let contact = store
+            .create_record(
+                &viewer,
+                super::super::NewRecord {
+                    record_type: RecordType::Contact,
+                    fields: FieldValues::from([("lastname".to_string(), "Lee".to_string())]),
+                    ownership: None,
+                    flagged: false,
+                    categories_add: Vec::new(),
+                    related_add: Vec::new(),
+                },
+            )
+            .unwrap();
+        let device = Device {
+            deviceaddress: "1/1/1".into(),
+            deviceid: "1.1.1".into(),
+            label: String::new(),
+            tagtype: None,
+            beacon: BeaconId::Mac(crate::location::beacon::Mac([0, 0, 0, 0, 0, 1])),
+            contactid: Some(contact),
+        };
+        let id = store.create_device("acme", &device).unwrap().id;
+        let update = |t_ms: i64, zone_id: i64| LocationEvent::Update {
+            device_id: id,
+            t_ms,
+            zone_id,
+            lat: 1.0,
+            lon: 2.0,
+            receiver: "rx".into(),
+            rssi: -60.0,
+        };
+        let t0 = crate::timefmt::now_ms() - 60_000;
+        let events = vec![LocationEvent::Enter { device_id: id, t_ms: t0, zone_id: 21 }, update(t0, 21)];
+        store.write_location_batch(&LocationBatch { events }).unwrap();
+
+        let before = crate::timefmt::now_ms() - 1;
+        store.purge_contact_locations("acme", contact).unwrap();
+        let after = crate::timefmt::now_ms();
+        let events = vec![
+            LocationEvent::Exit { device_id: id, t_ms: before - 200, zone_id: 21 },
+            LocationEvent::Enter { device_id: id, t_ms: before - 100, zone_id: 22 },
+            update(before - 100, 22),
+            update(after + 1_000, 22),
+        ];
+        store.write_location_batch(&LocationBatch { events }).unwrap();
+
+        let (visits, rows) = store
+            .read(|tx| {
+                let visits: Vec<(i64, i64, Option<i64>)> = tx
+                    .prepare("SELECT zone_id, enter_ms, exit_ms FROM visits ORDER BY id")?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect::<rusqlite::Result<_>>()?;
+                let rows: Vec<i64> = tx
+                    .prepare("SELECT t_ms FROM locations ORDER BY t_ms")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok((visits, rows))
+            })
+            .unwrap();
+        assert_eq!(visits.len(), 1, "{visits:?}");
+        let (zone, enter, exit) = visits[0];
+        assert!(zone == 22 && (before..=after).contains(&enter) && exit.is_none(), "{visits:?}");
+        assert_eq!(rows, vec![after + 1_000], "only the row from after the purge");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
