@@ -271,10 +271,16 @@ impl Alerts {
         }
         let Some(f) = self.facts(device_id) else { return };
         let Some(flag) = f.tagtype.and_then(|t| site.tag_type(t)).and_then(|t| t.alarm) else { return };
-        if !flag.raised(a) {
-            self.flag_ms.remove(&device_id);
-            self.held.remove(&device_id);
-            return;
+        match flag.raised(a) {
+            Some(true) => {}
+            Some(false) => {
+                self.flag_ms.remove(&device_id);
+                self.held.remove(&device_id);
+                return;
+            }
+            // A frame without the flag (a tag's other frames) says nothing of the button: a
+            // press held down goes on.
+            None => return,
         }
         let last = self.flag_ms.insert(device_id, a.t_ms);
         let goes_on = last.is_some_and(|t| (0..crate::limits::ALERT_ALARM_RELEASE_MS).contains(&(a.t_ms - t)));

@@ -242,9 +242,14 @@ impl AlarmFlag {
         parts.next().is_none().then_some(AlarmFlag { service, key, byte, mask })
     }
 
-    pub fn raised(&self, a: &super::beacon::Advert) -> bool {
+    /// Whether the advert says the flag is raised; `None` when it does not carry the flag's
+    /// byte (a tag's other frames).
+    pub fn raised(&self, a: &super::beacon::Advert) -> Option<bool> {
         let data = if self.service { &a.svc } else { &a.mfg };
-        data.iter().any(|(k, bytes)| *k == self.key && bytes.get(self.byte).is_some_and(|b| b & self.mask != 0))
+        data.iter()
+            .filter(|(k, _)| *k == self.key)
+            .find_map(|(_, bytes)| bytes.get(self.byte))
+            .map(|b| b & self.mask != 0)
     }
 
     pub fn to_text(self) -> String {

@@ -839,3 +839,34 @@ fn a_clock_step_during_a_batch_write_raises_no_not_seen_alert() {
     let warns = c.get_json("/alerts?all=1&type=Warn").json();
     assert_eq!(warns["alerts"]["count"], 0, "a badge heard all along was reported unseen: {warns}");
 }
+
+/// A tag that sends frames without its button's flag between those with it (another beacon
+/// format) is not taken as released by them: its press, held down while it is acknowledged,
+/// raises no second alarm; a frame with the flag lowered is a release, and the next press
+/// raises one.
+#[test]
+fn frames_without_the_flag_do_not_end_a_press() {
+    let (s, _) = start_with_badge("frames_without_the_flag_do_not_end_a_press");
+    let c = s.admin_client();
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    report_until(&scanner, &c, true, "Alarm", 1);
+    let pressed_for = |ms: u64| {
+        let end = std::time::Instant::now() + Duration::from_millis(ms);
+        while std::time::Instant::now() < end {
+            scanner.publish("acme/receivers/rx-b/adverts", &advert(true));
+            std::thread::sleep(Duration::from_millis(50));
+            scanner.publish("acme/receivers/rx-b/adverts", &badge_advert(-60, None, ""));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    pressed_for(1000);
+    let first = c.get_json("/alerts?type=Alarm").json()["alerts"]["records"][0]["id"].as_i64().unwrap();
+    c.post_json(&format!("/alerts/{first}/ack"), "{}").assert_status(200);
+    pressed_for(3000);
+    assert_eq!(recorded(&c, "Alarm"), 1, "the acknowledged press, held down, raised another alarm");
+    for _ in 0..3 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    report_until(&scanner, &c, true, "Alarm", 2);
+}
