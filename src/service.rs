@@ -298,8 +298,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     .map_err(|e| ServeError::Io(format!("cannot start the location engine: {e}")))?;
     let ingest = Arc::new(crate::mqtt::ingest::Ingest::new(location.adverts.clone(), receiver_ids(&config.site_map)));
     app.set_ingest(Arc::clone(&ingest));
-    let mut broker = None;
-    let mut feed_task = None;
+    let (mut broker, mut forward, mut feed_task) = (None, None, None);
     if config.mqtt.enabled {
         let started = runtime.block_on(crate::mqtt::broker::Broker::start(
             &config.mqtt.broker,
@@ -308,7 +307,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             Arc::clone(&ingest),
             Arc::clone(&app.throttle),
         ));
-        let mut b = match started {
+        let b = match started {
             Ok(b) => b,
             Err(e) => {
                 // The engine's start may wait for room in the feed's queue: it has no reader now.
@@ -338,32 +337,17 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             }
             None => None,
         };
-        let forward = FeedForward { publisher, upstream };
-        // Clients come once the engine has loaded and the devices' restored states are in
-        // the broker: a subscriber then gets each one retained, not some live as the start
-        // publishes them.
-        let started = location.started.take();
-        runtime.block_on(async {
-            let Some(mut started) = started else { return };
-            let deadline = tokio::time::sleep(Duration::from_millis(limits::LOCATION_START_WAIT_MS));
-            tokio::pin!(deadline);
-            loop {
-                tokio::select! {
-                    biased;
-                    Some(m) = feed_rx.recv() => forward.send(m).await,
-                    _ = &mut started => {
-                        while let Ok(m) = feed_rx.try_recv() {
-                            forward.send(m).await;
-                        }
-                        return;
-                    }
-                    () = &mut deadline => {
-                        log::warn!("the location engine has not loaded within {} s; serving MQTT anyway", limits::LOCATION_START_WAIT_MS / 1000);
-                        return;
-                    }
-                }
-            }
-        });
+        forward = Some(FeedForward { publisher, upstream });
+        broker = Some(b);
+    }
+    // Clients come once the engine has loaded and the devices' restored states are in the
+    // broker: a subscriber then gets each one retained, not some live as the start publishes
+    // them. Without the broker it is waited for all the same: `ready` means the engine
+    // follows the devices.
+    if let Some(started) = location.started.take() {
+        wait_for_location(&runtime, started, &mut feed_rx, forward.as_ref());
+    }
+    if let (Some(b), Some(forward)) = (&mut broker, forward) {
         b.open();
         feed_task = Some(runtime.spawn(async move {
             while let Some(m) = feed_rx.recv().await {
@@ -373,20 +357,6 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
                 bridge.stop().await;
             }
         }));
-        broker = Some(b);
-    }
-    // Without the broker, the engine's load is waited for all the same: `ready` means it
-    // follows the devices.
-    if let Some(started) = location.started.take() {
-        let waited = runtime.block_on(async {
-            tokio::time::timeout(Duration::from_millis(limits::LOCATION_START_WAIT_MS), started).await
-        });
-        if waited.is_err() {
-            log::warn!(
-                "the location engine has not loaded within {} s; serving anyway",
-                limits::LOCATION_START_WAIT_MS / 1000
-            );
-        }
     }
     let ble_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ble = (config.location.scan == crate::location::site::Scan::Auto).then(|| {
@@ -475,6 +445,44 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     runtime.shutdown_timeout(Duration::from_secs(1));
     log::info!("stopped");
     Ok(())
+}
+
+/// Waits at most `LOCATION_START_WAIT_MS` for the location engine to load, passing what the
+/// feed queues meanwhile (the devices' restored states) on to `forward`, if any.
+fn wait_for_location(
+    runtime: &tokio::runtime::Runtime,
+    mut started: tokio::sync::oneshot::Receiver<()>,
+    feed_rx: &mut tokio::sync::mpsc::Receiver<crate::mqtt::feed::FeedMessage>,
+    forward: Option<&FeedForward>,
+) {
+    let send = |m| async move {
+        if let Some(forward) = forward {
+            forward.send(m).await;
+        }
+    };
+    runtime.block_on(async {
+        let deadline = tokio::time::sleep(Duration::from_millis(limits::LOCATION_START_WAIT_MS));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                biased;
+                Some(m) = feed_rx.recv() => send(m).await,
+                _ = &mut started => {
+                    while let Ok(m) = feed_rx.try_recv() {
+                        send(m).await;
+                    }
+                    return;
+                }
+                () = &mut deadline => {
+                    log::warn!(
+                        "the location engine has not loaded within {} s; serving anyway",
+                        limits::LOCATION_START_WAIT_MS / 1000
+                    );
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// Where the feed's messages go: the broker, and the upstream bridge's queue if there is one.

@@ -522,10 +522,7 @@ mod tests {
     /// published and stored online: it enters no zone, so nothing else would.
     #[test]
     fn a_device_kept_in_its_zone_with_its_state_stored_offline_comes_online() {
-        let dir = std::env::temp_dir().join(format!("sitegate-feed-kept-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("site.db")).unwrap();
-        store.sync_organizations(&[crate::config::Organization { id: "o".into(), name: "O".into() }]).unwrap();
+        let (dir, store) = crate::store::testing::store_with_org("feed-kept", "o");
         let device = |n: u8| Device {
             deviceaddress: format!("1/1/{n}"),
             deviceid: format!("1.1.{n}"),

@@ -346,11 +346,7 @@ mod tests {
 
     /// A new store in a temporary folder (returned, to remove) with organisation `o`.
     fn store_with_org(name: &str) -> (std::path::PathBuf, Store) {
-        let dir = std::env::temp_dir().join(format!("sitegate-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("site.db")).unwrap();
-        store.write(|tx| Ok(tx.execute_batch("INSERT INTO organizations (id, name) VALUES ('o', 'O');")?)).unwrap();
-        (dir, store)
+        super::super::testing::store_with_org(name, "o")
     }
 
     /// An alert of organisation `o`'s device 1.

@@ -567,49 +567,31 @@ fn close_open_visits_in(tx: &rusqlite::Connection, kept: &[(i64, i64)]) -> Resul
     let kept = serde_json::to_string(kept).unwrap_or_else(|_| "[]".into());
     let n = tx.exec(
         "UPDATE visits SET exit_ms = (SELECT max(visits.enter_ms, coalesce(d.last_seen_ms, visits.enter_ms))
-                                          FROM devices d WHERE d.id = visits.device_id)
-             WHERE exit_ms IS NULL AND (device_id, zone_id) NOT IN
-                (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
+                                      FROM devices d WHERE d.id = visits.device_id)
+         WHERE exit_ms IS NULL AND (device_id, zone_id) NOT IN
+            (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
         [&kept],
     )?;
     tx.exec(
-            "UPDATE devices SET zone_id = NULL, zone_since_ms = last_seen_ms WHERE zone_id IS NOT NULL
-             AND (id, zone_id) NOT IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
-            [&kept],
-        )?;
+        "UPDATE devices SET zone_id = NULL, zone_since_ms = last_seen_ms WHERE zone_id IS NOT NULL
+         AND (id, zone_id) NOT IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))",
+        [&kept],
+    )?;
     Ok(n)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{FieldValues, RecordType, Viewer};
+    use crate::model::{FieldValues, RecordType};
 
     /// What the location thread decided before a purge and writes after it is not written as
     /// of then: no history row, the zone it entered from the purge on, and the visit it left
     /// (moved to the purge by it) gone rather than kept as a visit of no length at the purge.
     #[test]
     fn a_batch_written_after_a_purge_writes_nothing_from_before_it() {
-        let dir = std::env::temp_dir().join(format!("sitegate-purge-batch-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("site.db")).unwrap();
-        store.sync_organizations(&[crate::config::Organization { id: "acme".into(), name: "Acme".into() }]).unwrap();
-        let ann = super::super::NewUser {
-            org: "acme",
-            email: "ann@acme.test",
-            name: "Ann",
-            admin: true,
-            prevent_private: false,
-            groups: &[],
-            token_sha256: &[0; 32],
-        };
-        let viewer = Viewer {
-            user_id: store.create_user(&ann).unwrap(),
-            org: "acme".into(),
-            admin: true,
-            prevent_private: false,
-            groups: vec![],
-        };
+        let (dir, store) = super::super::testing::store_with_org("purge-batch", "acme");
+        let viewer = super::super::testing::admin_of(&store, "acme");
         let contact = store
             .create_record(
                 &viewer,

@@ -26,6 +26,8 @@ mod quota;
 mod records;
 mod reports;
 mod schema;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};

@@ -1258,26 +1258,8 @@ mod tests {
     /// past it, a change moves it on.
     #[test]
     fn updated_never_goes_back_when_the_clock_does() {
-        let dir = std::env::temp_dir().join(format!("sitegate-updated-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("site.db")).unwrap();
-        store.sync_organizations(&[crate::config::Organization { id: "acme".into(), name: "Acme".into() }]).unwrap();
-        let ann = super::super::NewUser {
-            org: "acme",
-            email: "ann@acme.test",
-            name: "Ann",
-            admin: true,
-            prevent_private: false,
-            groups: &[],
-            token_sha256: &[0; 32],
-        };
-        let viewer = Viewer {
-            user_id: store.create_user(&ann).unwrap(),
-            org: "acme".into(),
-            admin: true,
-            prevent_private: false,
-            groups: vec![],
-        };
+        let (dir, store) = super::super::testing::store_with_org("updated", "acme");
+        let viewer = super::super::testing::admin_of(&store, "acme");
         let fields = |name: &str| FieldValues::from([("lastname".to_string(), name.to_string())]);
         let new = NewRecord {
             record_type: RecordType::Contact,

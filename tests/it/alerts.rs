@@ -811,17 +811,7 @@ fn a_clock_step_during_a_batch_write_raises_no_not_seen_alert() {
     let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
     add_badge(&c, &format!(r#", "contactid": {ann}"#));
     let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hearing = {
-        let (client, stop) = (scanner.client.clone(), std::sync::Arc::clone(&stop));
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let advert = badge_advert(-60, None, "");
-                let _ = client.try_publish("acme/receivers/rx-b/adverts", rumqttc::QoS::AtLeastOnce, false, advert);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        })
-    };
+    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(200));
     wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
     std::thread::sleep(Duration::from_secs(2));
     let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
@@ -833,8 +823,7 @@ fn a_clock_step_during_a_batch_write_raises_no_not_seen_alert() {
     db.execute_batch("ROLLBACK").unwrap();
     drop(db);
     std::thread::sleep(Duration::from_millis(2500));
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    hearing.join().unwrap();
+    hearing.stop();
     assert!(s.stderr().contains("the system clock was set"), "the step was not seen:\n{}", s.stderr());
     let warns = c.get_json("/alerts?all=1&type=Warn").json();
     assert_eq!(warns["alerts"]["count"], 0, "a badge heard all along was reported unseen: {warns}");

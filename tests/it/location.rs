@@ -665,7 +665,7 @@ fn old_location_data_and_alerts_are_purged_at_any_volume() {
 /// once-a-second batch, brought history rows (and visits) from before the purge back.
 #[test]
 fn a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it() {
-    use crate::mqtt::{add_badge, badge_advert, connect, mqtt_addr, mqtt_user};
+    use crate::mqtt::{add_badge, connect, mqtt_addr, mqtt_user};
     use std::time::Duration;
 
     let config = crate::mqtt::site_config("");
@@ -677,17 +677,7 @@ fn a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it() {
     let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
     add_badge(&c, &format!(r#", "contactid": {ann}"#));
     let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hearing = {
-        let (client, stop) = (scanner.client.clone(), std::sync::Arc::clone(&stop));
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let advert = badge_advert(-60, None, "");
-                let _ = client.try_publish("acme/receivers/rx-b/adverts", rumqttc::QoS::AtLeastOnce, false, advert);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
+    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(100));
     wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
     std::thread::sleep(Duration::from_secs(2));
     let db = s.dir.join("data/sitegate.db");
@@ -707,8 +697,7 @@ fn a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it() {
             failed.push((i, rows, visits));
         }
     }
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    hearing.join().unwrap();
+    hearing.stop();
     assert!(failed.is_empty(), "purges after which history (rows, visits) from before them came back: {failed:?}");
     // The badge is still placed and recorded from the last purge on.
     let history = c.get_json(&format!("/contacts/{ann}/locations")).json();

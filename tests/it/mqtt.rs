@@ -171,6 +171,33 @@ pub fn badge_advert(rssi: i32, t_ms: Option<i64>, more_mfg: &str) -> String {
     format!("{{{t}\"mac\":\"C0:00:00:00:00:22\",\"rssi\":{rssi},\"mfg\":{{\"004c\":\"{frame}\"{more_mfg}}}}}\n")
 }
 
+/// The office receiver reporting the badge every `every` on a thread of its own, until
+/// [`Hearing::stop`].
+pub struct Hearing {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Hearing {
+    pub fn start(scanner: &Mqtt, every: Duration) -> Hearing {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (client, flag) = (scanner.client.clone(), std::sync::Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                let advert = badge_advert(-60, None, "");
+                let _ = client.try_publish("acme/receivers/rx-b/adverts", QoS::AtLeastOnce, false, advert);
+                std::thread::sleep(every);
+            }
+        });
+        Hearing { stop, thread }
+    }
+
+    pub fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().unwrap();
+    }
+}
+
 #[test]
 fn credentials_are_checked_and_refused_with_a_connack() {
     let s = Service::start_with("mqtt_credentials", Options { config: BASE_CONFIG, ..Default::default() });
