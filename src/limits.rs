@@ -335,6 +335,9 @@ pub const TRACE_LINE_BYTES_MAX: usize = 64 * 1024;
 pub const TRACE_RECEIVERS_MAX: usize = 4_096;
 /// Adverts waiting for the engine (live sources); beyond, they are dropped and counted.
 pub const LOCATION_ADVERT_QUEUE_MAX: usize = 10_000;
+/// Adverts with a raised alarm flag waiting beside a full advert queue (read first); beyond,
+/// they are dropped and counted too.
+pub const LOCATION_URGENT_QUEUE_MAX: usize = 1_000;
 /// The start waits at most this long for the location engine to load (devices, placements,
 /// the states it publishes) before it serves anyway.
 pub const LOCATION_START_WAIT_MS: u64 = 60_000;
@@ -423,6 +426,10 @@ pub const MQTT_FEED_QUEUE_MAX: usize = 10_000;
 /// (more of them than the queue holds on a large site): a full queue is waited for, at most
 /// this long in all.
 pub const MQTT_FEED_RESTORE_WAIT_MS: u64 = 30_000;
+
+/// An alert's message waits at most this long for room in a full feed queue; one that found
+/// none is published when there is room (the alerts after it wait behind it), not dropped.
+pub const MQTT_FEED_ALERT_WAIT_MS: u64 = 2_000;
 
 /// How often the feed reads the devices again (contact names may change).
 pub const MQTT_FEED_DEVICES_REFRESH_MS: u64 = 60_000;

@@ -88,6 +88,13 @@ pub struct Alerts {
     /// Devices whose alarm was acknowledged while their flag was still raised, and when that
     /// press began: it raises nothing more; a press that began later raises an alarm.
     held: HashMap<i64, i64>,
+    /// When each device's newest frame with the flag's byte (raised or lowered) arrived. An
+    /// older frame that comes after it says nothing of the button: with the advert queue full,
+    /// frames with a raised flag go ahead of those waiting (and remote receivers deliver late).
+    button_ms: HashMap<i64, i64>,
+    /// An alert found the feed's queue full: it and those after it are recorded unpublished,
+    /// and published in order from the database when there is room ([`Alerts::publish_unpublished`]).
+    feed_behind: bool,
     /// Devices whose battery reports are back above the battery rules, since the last
     /// [`Alerts::act`].
     recovered: Vec<i64>,
@@ -103,6 +110,8 @@ impl Alerts {
             flag_ms: HashMap::new(),
             press_began: HashMap::new(),
             held: HashMap::new(),
+            button_ms: HashMap::new(),
+            feed_behind: false,
             recovered: Vec::new(),
         }
     }
@@ -227,6 +236,7 @@ impl Alerts {
         self.flag_ms.retain(|id, _| self.devices.contains_key(id));
         self.press_began.retain(|id, _| self.devices.contains_key(id));
         self.held.retain(|id, _| self.devices.contains_key(id));
+        self.button_ms.retain(|id, _| self.devices.contains_key(id));
     }
 
     /// At start and after a site reload, when the engine starts over: a device heard within
@@ -255,7 +265,13 @@ impl Alerts {
                 *until = until.saturating_add(by_ms);
             }
         }
-        for t in self.flag_ms.values_mut().chain(self.press_began.values_mut()).chain(self.held.values_mut()) {
+        for t in self
+            .flag_ms
+            .values_mut()
+            .chain(self.press_began.values_mut())
+            .chain(self.held.values_mut())
+            .chain(self.button_ms.values_mut())
+        {
             *t = t.saturating_add(by_ms);
         }
     }
@@ -271,7 +287,17 @@ impl Alerts {
         }
         let Some(f) = self.facts(device_id) else { return };
         let Some(flag) = f.tagtype.and_then(|t| site.tag_type(t)).and_then(|t| t.alarm) else { return };
-        match flag.raised(a) {
+        let raised = flag.raised(a);
+        if raised.is_some() {
+            match self.button_ms.get_mut(&device_id) {
+                Some(newest) if a.t_ms < *newest => return,
+                Some(newest) => *newest = a.t_ms,
+                None => {
+                    self.button_ms.insert(device_id, a.t_ms);
+                }
+            }
+        }
+        match raised {
             Some(true) => {}
             Some(false) => {
                 self.flag_ms.remove(&device_id);
@@ -439,7 +465,21 @@ impl Alerts {
                     units: &f.units,
                     t_ms: f.t_ms,
                 };
-                publish(feed, store, f.device_id, info, Some(&rule.condition));
+                // Behind an alert the queue had no room for, it waits its turn (in the
+                // database; one waiting to be recorded is published when it is recorded, at
+                // the next start).
+                if self.feed_behind || !publish(feed, store, f.device_id, info, Some(&rule.condition)) {
+                    if !self.feed_behind {
+                        log::error!(
+                            "alerts: the MQTT feed's queue stayed full for {} ms: {} for device {} and the alerts after it are published when there is room",
+                            crate::limits::MQTT_FEED_ALERT_WAIT_MS,
+                            rule.id,
+                            f.device_id
+                        );
+                    }
+                    self.feed_behind = true;
+                    continue;
+                }
                 // Recorded: marked, so that the next start does not publish it again. Waiting
                 // to be recorded: it will be recorded as published.
                 match recorded {
@@ -460,17 +500,24 @@ impl Alerts {
         }
     }
 
-    /// At start: publishes the alerts recorded but not published when the service stopped
-    /// between the two (a kill), at most `ALERT_REPUBLISH_WINDOW_MS` old, as they were.
-    pub fn publish_unpublished(&self, store: &Store, feed: &mut Feed, now_ms: i64) {
+    /// Whether alerts wait for room in the feed's queue.
+    pub fn feed_behind(&self) -> bool {
+        self.feed_behind
+    }
+
+    /// Publishes the alerts recorded and not published, at most `ALERT_REPUBLISH_WINDOW_MS`
+    /// old, as they were: at start, those of a stop between the two (a kill), and those the
+    /// feed's queue had no room for, when it has.
+    pub fn publish_unpublished(&mut self, store: &Store, feed: &mut Feed, now_ms: i64) {
         let since = now_ms.saturating_sub(crate::limits::ALERT_REPUBLISH_WINDOW_MS);
         let alerts = match store.unpublished_alerts(since, crate::limits::ALERT_REPUBLISH_MAX) {
             Ok(alerts) => alerts,
             Err(e) => {
-                log::warn!("alerts: cannot read the alerts not published before the stop: {e}");
+                log::warn!("alerts: cannot read the alerts not published yet: {e}");
                 return;
             }
         };
+        self.feed_behind = false;
         for a in alerts {
             let info = AlertInfo {
                 id: Some(a.id),
@@ -484,8 +531,11 @@ impl Alerts {
             // As its rule would publish it; a rule gone since publishes it with no channel
             // and no state.
             let condition = self.eval.rules.iter().find(|r| r.id == a.rule).map(|r| &r.condition);
-            publish(feed, store, a.device_id, info, condition);
-            log::info!("alert {}: {} {} (device {}), published after the restart", a.id, a.kind, a.text, a.device_id);
+            if !publish(feed, store, a.device_id, info, condition) {
+                self.feed_behind = true;
+                return;
+            }
+            log::info!("alert {}: {} {} (device {}), published late", a.id, a.kind, a.text, a.device_id);
             if let Err(e) = store.alert_published(a.id) {
                 log::warn!("alerts: cannot note alert {} as published: {e}", a.id);
             }
@@ -494,13 +544,143 @@ impl Alerts {
 }
 
 /// Publishes an alert on the feed, its channel that of the rule's condition, with the
-/// device's state for alarm buttons and low batteries.
-fn publish(feed: &mut Feed, store: &Store, device_id: i64, info: AlertInfo<'_>, condition: Option<&Condition>) {
+/// device's state for alarm buttons and low batteries. False when the feed's queue had no
+/// room for it.
+fn publish(feed: &mut Feed, store: &Store, device_id: i64, info: AlertInfo<'_>, condition: Option<&Condition>) -> bool {
     let state = match condition {
         Some(Condition::BatteryBelow { .. }) => Some(crate::mqtt::feed::STATE_LOW_BATTERY),
         Some(Condition::AlarmEvent) => Some(crate::mqtt::feed::STATE_ALARM),
         _ => None,
     };
     let channel = condition.map_or("", Condition::channel);
-    feed.alert(store, device_id, &AlertInfo { channel, ..info }, state);
+    feed.alert(store, device_id, &AlertInfo { channel, ..info }, state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::location::beacon::{BeaconId, Mac};
+    use crate::location::devices::Device;
+    use crate::location::site::{AlarmFlag, TagType};
+
+    fn badge_with_button() -> (Alerts, Site) {
+        let rule = Rule {
+            id: "panic".into(),
+            kind: AlertType::Alarm,
+            condition: Condition::AlarmEvent,
+            tag_types: vec![],
+            text: "Panic button".into(),
+            repeat_ms: 300_000,
+        };
+        let mut alerts = Alerts::new(Arc::new(vec![rule]));
+        alerts.set_devices(&[StoredDevice {
+            id: 1,
+            org: "acme".into(),
+            device: Device {
+                deviceaddress: "5/1/22".into(),
+                deviceid: "5.1.22".into(),
+                label: "Ann".into(),
+                tagtype: Some(1),
+                beacon: BeaconId::Mac(Mac([1; 6])),
+                contactid: None,
+            },
+            contact_name: None,
+            created: 0,
+            updated: 0,
+            status: Default::default(),
+        }]);
+        let mut site = Site::default();
+        site.tag_types.push(TagType { id: 1, title: "Staff".into(), alarm: AlarmFlag::parse("mfg:0059:0:01") });
+        (alerts, site)
+    }
+
+    fn frame(t_ms: i64, raised: bool) -> Advert {
+        Advert {
+            t_ms,
+            receiver: Arc::from("hci0"),
+            mac: Mac([1; 6]),
+            rssi: -60,
+            mfg: vec![(0x0059, vec![u8::from(raised)])],
+            svc: Vec::new(),
+        }
+    }
+
+    /// With the advert queue full, a raised flag goes ahead of the frames waiting: the older
+    /// frames that follow it (raised or lowered) neither end the press nor begin another one.
+    #[test]
+    fn frames_older_than_the_newest_say_nothing_of_the_button() {
+        let (mut alerts, site) = badge_with_button();
+        let mut fired = Vec::new();
+        alerts.advert(&site, 1, &frame(10_000, true), &mut fired);
+        assert_eq!(fired.iter().map(|f| f.t_ms).collect::<Vec<_>>(), [10_000]);
+        fired.clear();
+        for t in [9_000, 9_500] {
+            alerts.advert(&site, 1, &frame(t, false), &mut fired);
+        }
+        alerts.advert(&site, 1, &frame(9_800, true), &mut fired);
+        assert!(
+            fired.is_empty(),
+            "an older frame raised a second alarm: {:?}",
+            fired.iter().map(|f| f.t_ms).collect::<Vec<_>>()
+        );
+        alerts.advert(&site, 1, &frame(10_100, true), &mut fired);
+        assert!(fired.is_empty(), "the press held down raised a second alarm");
+        assert_eq!(alerts.press_began.get(&1), Some(&10_000));
+    }
+
+    /// An alarm whose message finds the feed's queue full (the broker behind) is recorded
+    /// unpublished, and so is the alert after it; both go out, in order, once the queue has
+    /// room. They were dropped from the queue and noted as published.
+    #[test]
+    fn alerts_the_full_feed_had_no_room_for_go_out_when_it_has() {
+        let (dir, store) = crate::store::testing::store_with_org("alerts-feed-full", "acme");
+        let (mut alerts, _) = badge_with_button();
+        let device = Device {
+            deviceaddress: "5/1/22".into(),
+            deviceid: "5.1.22".into(),
+            label: "Ann".into(),
+            tagtype: Some(1),
+            beacon: BeaconId::Mac(Mac([1; 6])),
+            contactid: None,
+        };
+        let id = store.create_device("acme", &device).unwrap().id;
+        let devices = store.devices(None).unwrap();
+        alerts.set_devices(&devices);
+        let stats = Arc::new(crate::mqtt::broker::BrokerStats::default());
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let mut feed = Feed::new(tx, jiff::tz::TimeZone::UTC, Arc::clone(&stats));
+        feed.set_devices(&store, &devices);
+        feed.restore(&store, 0, 30_000);
+        while rx.try_recv().is_ok() {}
+        // The broker takes nothing: the queue fills.
+        let other =
+            AlertInfo { id: None, kind: AlertType::Warn, channel: "", text: "x", value: "", units: "", t_ms: 1 };
+        while feed.room() > 0 {
+            assert!(feed.alert(&store, id, &other, None));
+        }
+
+        let now = crate::timefmt::now_ms();
+        for t_ms in [now, now + 1] {
+            let mut fired = vec![Fired { rule: 0, device_id: id, t_ms, value: "1".into(), units: String::new() }];
+            alerts.act(&store, Some(&mut feed), &mut fired);
+            assert!(alerts.feed_behind());
+        }
+        assert_eq!(store.unpublished_alerts(0, 10).unwrap().len(), 2, "the alerts were noted as published");
+
+        while rx.try_recv().is_ok() {}
+        alerts.publish_unpublished(&store, &mut feed, now);
+        assert!(!alerts.feed_behind());
+        let mut got = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+            got.push((m.topic, v["alertId"].as_i64().or_else(|| v["data"]["state"].as_str().map(|_| 0))));
+        }
+        let ids: Vec<i64> = store.unpublished_alerts(0, 10).unwrap().iter().map(|a| a.id).collect();
+        assert!(ids.is_empty(), "still unpublished: {ids:?}");
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].0, "acme/5.1.22/alert");
+        assert_eq!(got[1].0, "acme/5.1.22/state");
+        assert!(got[0].1.is_some_and(|a| got[2].1.is_some_and(|b| a < b)), "out of order: {got:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

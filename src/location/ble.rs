@@ -44,12 +44,6 @@ pub trait Sink: Send + 'static {
     fn put(&mut self, advert: Advert) -> bool;
 }
 
-impl Sink for crossbeam_channel::Sender<Advert> {
-    fn put(&mut self, advert: Advert) -> bool {
-        self.try_send(advert).is_ok()
-    }
-}
-
 /// Settings of the live source.
 #[derive(Clone, Debug)]
 pub struct BleSettings {

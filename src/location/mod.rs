@@ -4,6 +4,7 @@ pub mod beacon;
 pub mod ble;
 pub mod devices;
 pub mod engine;
+pub mod queue;
 pub mod replay;
 pub mod service;
 pub mod site;

@@ -9,10 +9,10 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::beacon::Advert;
 use super::ble::ScanState;
 use super::devices::Registry;
 use super::engine::Output;
+use super::queue::{AdvertReceiver, AdvertSender};
 use super::replay::Pipeline;
 use super::site::{EngineSettings, Site};
 use crate::limits;
@@ -39,7 +39,7 @@ pub fn current(handle: &SiteHandle) -> SiteState {
 }
 
 pub struct LocationService {
-    pub adverts: crossbeam_channel::Sender<Advert>,
+    pub adverts: AdvertSender,
     pub scan: Arc<ScanState>,
     stop: Arc<AtomicBool>,
     /// Set when the site map changed: the engine starts over with it.
@@ -58,7 +58,7 @@ impl LocationService {
         retention_days: u64,
         feed: Option<Feed>,
     ) -> std::io::Result<LocationService> {
-        let (tx, rx) = crossbeam_channel::bounded(limits::LOCATION_ADVERT_QUEUE_MAX);
+        let (tx, rx) = super::queue::bounded(Arc::clone(&site));
         let stop = Arc::new(AtomicBool::new(false));
         let reload = Arc::new(AtomicBool::new(false));
         let (started_tx, started) = tokio::sync::oneshot::channel();
@@ -279,7 +279,7 @@ fn run(
     site: &SiteHandle,
     retention_days: u64,
     mut feed: Option<Feed>,
-    rx: &crossbeam_channel::Receiver<Advert>,
+    rx: &AdvertReceiver,
     control: Control,
 ) {
     let Control { stop, reload, started } = control;
@@ -329,6 +329,14 @@ fn run(
         {
             alerts.publish_unpublished(store, feed, now_ms());
             publish_unpublished_at = None;
+        }
+        // Alerts the feed's queue had no room for go out once it has (a tenth of it).
+        if let Some(feed) = &mut feed
+            && publish_unpublished_at.is_none()
+            && alerts.feed_behind()
+            && feed.room() >= limits::MQTT_FEED_QUEUE_MAX / 10
+        {
+            alerts.publish_unpublished(store, feed, now_ms());
         }
         let received = rx.recv_timeout(flush_every / 4);
         // Looked for after the wait, before what arrived is taken: an advert stamped after a
@@ -396,6 +404,12 @@ fn run(
             let dropped = pending.take_dropped();
             if dropped > 0 {
                 log::warn!("location: {dropped} decisions and updates dropped: too many waiting for the database");
+            }
+            let urgent = rx.take_urgent_taken();
+            if urgent > 0 {
+                log::warn!(
+                    "location: the advert queue was full; {urgent} adverts with a raised alarm flag were taken beside it"
+                );
             }
             last_flush = Instant::now();
         }

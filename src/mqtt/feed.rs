@@ -429,11 +429,17 @@ impl Feed {
     }
 
     /// Publishes an alert (Warn and Alarm) and, for alarm buttons and low batteries, the
-    /// device's new state (stored like every state).
-    pub fn alert(&mut self, store: &Store, device_id: i64, a: &AlertInfo, state: Option<&str>) {
-        let Some(d) = self.devices.get(&device_id) else { return };
+    /// device's new state (stored like every state). False when the queue stayed full for
+    /// `MQTT_FEED_ALERT_WAIT_MS`: nothing was published (the device unknown to the feed is
+    /// no such case: there is nothing to publish it as).
+    pub fn alert(&mut self, store: &Store, device_id: i64, a: &AlertInfo, state: Option<&str>) -> bool {
+        let Some(d) = self.devices.get(&device_id) else { return true };
         let msg = alert_message(d, a, &self.tz);
-        self.send(topic(d, "alert"), &msg, false);
+        let m = FeedMessage { topic: topic(d, "alert"), payload: msg.to_string().into_bytes(), retain: false };
+        let wait = std::time::Duration::from_millis(limits::MQTT_FEED_ALERT_WAIT_MS);
+        if !self.queue_until(m, Some(std::time::Instant::now() + wait)) {
+            return false;
+        }
         // The state is published when it changes: a rule firing again (a battery still low
         // after `repeat_s`, the button pressed again) keeps the state and when it began.
         if let Some(state) = state.filter(|s| self.alerted.get(&device_id) != Some(s)) {
@@ -445,6 +451,7 @@ impl Feed {
                 log::warn!("mqtt: cannot store the device state: {e}");
             }
         }
+        true
     }
 
     /// Keeps track of the devices whose state is an alert's.
@@ -490,21 +497,32 @@ impl Feed {
         self.queue(FeedMessage { topic, payload: msg.to_string().into_bytes(), retain });
     }
 
+    /// Room in the queue now, in messages.
+    pub fn room(&self) -> usize {
+        self.tx.capacity()
+    }
+
     /// Queues a message for the broker; a full queue drops it (counted), or while the feed is
     /// patient waits for room.
-    fn queue(&self, mut m: FeedMessage) {
+    fn queue(&self, m: FeedMessage) {
+        self.queue_until(m, self.patient_until);
+    }
+
+    /// Queues a message, waiting for room in a full queue until `until` (if any); false when
+    /// it was dropped (counted).
+    fn queue_until(&self, mut m: FeedMessage, until: Option<std::time::Instant>) -> bool {
         loop {
             match self.tx.try_send(m) {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(tokio::sync::mpsc::error::TrySendError::Full(back))
-                    if self.patient_until.is_some_and(|until| std::time::Instant::now() < until) =>
+                    if until.is_some_and(|until| std::time::Instant::now() < until) =>
                 {
                     m = back;
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
                 Err(_) => {
                     self.stats.feed_dropped.fetch_add(1, Ordering::Relaxed);
-                    return;
+                    return false;
                 }
             }
         }

@@ -99,7 +99,7 @@ pub fn parse_espresense(id: &str, receiver: &Arc<str>, payload: &[u8], now_ms: i
 /// The remote receivers' side of the location engine: where their adverts go and when each
 /// was last heard (for /health).
 pub struct Ingest {
-    pub adverts: crossbeam_channel::Sender<Advert>,
+    pub adverts: crate::location::queue::AdvertSender,
     /// Receiver ids of the site map (replaced on SIGHUP).
     pub known: Mutex<Vec<Arc<str>>>,
     pub last_heard_ms: Mutex<HashMap<Arc<str>, i64>>,
@@ -112,7 +112,7 @@ pub struct Ingest {
 }
 
 impl Ingest {
-    pub fn new(adverts: crossbeam_channel::Sender<Advert>, receivers: Vec<Arc<str>>) -> Ingest {
+    pub fn new(adverts: crate::location::queue::AdvertSender, receivers: Vec<Arc<str>>) -> Ingest {
         Ingest {
             adverts,
             known: Mutex::new(receivers),
@@ -151,7 +151,7 @@ impl Ingest {
                 .insert(a.receiver.clone(), now_ms);
         }
         for a in adverts {
-            if self.adverts.try_send(a).is_err() {
+            if !self.adverts.send(a) {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.accepted.fetch_add(1, Ordering::Relaxed);

@@ -859,3 +859,42 @@ fn frames_without_the_flag_do_not_end_a_press() {
     }
     report_until(&scanner, &c, true, "Alarm", 2);
 }
+
+/// A panic press while the advert queue is full (the location thread waits for the database:
+/// here another process's write lock, as behind a command-line import or on slow storage, while
+/// receivers report thousands of other adverts) raises its alarm once the database is back:
+/// the queue dropped the press's frames with the rest, and the alarm was lost.
+#[test]
+fn a_panic_press_while_the_advert_queue_is_full_raises_an_alarm() {
+    let (s, _) = start_with_badge("a_panic_press_while_the_advert_queue_is_full");
+    let c = s.admin_client();
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(200));
+    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
+    let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let locked = std::time::Instant::now();
+    // The location thread's next batch write (within a second) waits for the lock.
+    std::thread::sleep(Duration::from_millis(1500));
+    // Phones and other beacons, more than the queue holds; then the press, and its release.
+    let others: String = (0..1000)
+        .map(|i| format!("{{\"mac\":\"AA:00:00:00:{:02X}:{:02X}\",\"rssi\":-80}}\n", i / 256, i % 256))
+        .collect();
+    for _ in 0..12 {
+        scanner.publish("acme/receivers/rx-a/adverts", &others);
+    }
+    for panic in [true, true, true, false, false] {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(panic));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Held for less than the service's busy timeout: its batch write goes through after.
+    std::thread::sleep(Duration::from_millis(4000).saturating_sub(locked.elapsed()));
+    db.execute_batch("ROLLBACK").unwrap();
+    drop(db);
+    wait_for("the alarm of the press", || (recorded(&c, "Alarm") == 1).then_some(()));
+    hearing.stop();
+    assert!(s.stderr().contains("with a raised alarm flag were taken beside it"), "{}", s.stderr());
+    let health = c.get_json("/health").json();
+    assert!(health["location"]["remotedropped"].as_i64().unwrap_or(0) > 0, "the queue was never full: {health}");
+}
