@@ -252,7 +252,7 @@ pub struct DeviceDelete {
 #[derive(FromArgs, Debug)]
 /// Erase a deleted record for good (personal data): the record, its activities and their
 /// files, its tags, its links to and from other records and its indexed values. It must have
-/// been deleted first (`DELETE /contacts/{id}`); until erased it can be restored. Location
+/// been deleted first (`DELETE /contacts/ID`); until erased it can be restored. Location
 /// data is `sitegate locations --purge`; backups made before keep it.
 #[argh(subcommand, name = "erase")]
 pub struct Erase {
