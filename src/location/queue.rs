@@ -7,7 +7,7 @@
 //! thread reads first. A panic press during a long database stall is raised late, not lost.
 //! While the main lane has room both go through it, in their order.
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -76,14 +76,18 @@ impl super::ble::Sink for AdvertSender {
 }
 
 impl AdvertReceiver {
-    /// The next advert, the urgent lane's first; waits up to `timeout` for one.
+    /// The next advert, the urgent lane's first; waits up to `timeout` for one. Disconnected
+    /// (the sources gone) only once both lanes are empty.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Advert, RecvTimeoutError> {
-        if let Ok(advert) = self.urgent.try_recv() {
-            return Ok(advert);
+        match self.urgent.try_recv() {
+            Ok(advert) => return Ok(advert),
+            // The lanes share their senders: the other one gets nothing new either.
+            Err(TryRecvError::Disconnected) => return self.normal.recv_timeout(timeout),
+            Err(TryRecvError::Empty) => {}
         }
         crossbeam_channel::select! {
-            recv(self.urgent) -> a => a.map_err(|_| RecvTimeoutError::Disconnected),
-            recv(self.normal) -> a => a.map_err(|_| RecvTimeoutError::Disconnected),
+            recv(self.urgent) -> a => a.or_else(|_| self.normal.recv_timeout(timeout)),
+            recv(self.normal) -> a => a.or_else(|_| self.urgent.try_recv().map_err(|_| RecvTimeoutError::Disconnected)),
             default(timeout) => Err(RecvTimeoutError::Timeout),
         }
     }
@@ -155,5 +159,27 @@ mod tests {
         assert_eq!(rx.take_urgent_taken(), 0);
         assert!(rx.is_empty());
         assert!(matches!(rx.recv_timeout(Duration::from_millis(10)), Err(RecvTimeoutError::Timeout)));
+    }
+
+    /// The sources gone (stopping), what the lanes hold still comes out, all of it, before
+    /// the receiver says so.
+    #[test]
+    fn what_waits_comes_out_after_the_sources_are_gone() {
+        let (tx, rx) = bounded(site_with_alarm_flag());
+        for _ in 0..limits::LOCATION_ADVERT_QUEUE_MAX {
+            assert!(tx.send(advert(None)));
+        }
+        assert!(tx.send(advert(Some(1))));
+        drop(tx);
+        let mut got = 0;
+        while let Ok(a) = rx.recv_timeout(Duration::from_secs(5)) {
+            got += 1;
+            if got == 1 {
+                assert_eq!(a.mfg.len(), 2, "the urgent lane first");
+            }
+        }
+        assert_eq!(got, limits::LOCATION_ADVERT_QUEUE_MAX + 1);
+        assert!(rx.is_empty());
+        assert!(matches!(rx.recv_timeout(Duration::from_millis(10)), Err(RecvTimeoutError::Disconnected)));
     }
 }
