@@ -64,6 +64,12 @@ fn wal_path(db: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+fn journal_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push("-journal");
+    PathBuf::from(p)
+}
+
 fn shm_path(db: &Path) -> PathBuf {
     let mut p = db.as_os_str().to_owned();
     p.push("-shm");
@@ -142,12 +148,7 @@ fn backup_connection(src: &Connection, out: &Path) -> Result<Copied> {
         Ok(checked) => checked,
         Err(e) => {
             // With what SQLite made beside it: the copy is a WAL database until it is not.
-            let _ = std::fs::remove_file(&partial);
-            for side in ["-journal", "-wal", "-shm"] {
-                let mut file = partial.as_os_str().to_owned();
-                file.push(side);
-                let _ = std::fs::remove_file(file);
-            }
+            remove_with_companions(&partial);
             // The copy's side failed for a full disk: name where it was written.
             return Err(match e {
                 StoreError::StorageFull(m) => StoreError::StorageFull(format!("writing {}: {m}", out.display())),
@@ -275,25 +276,29 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
     }
     let version = check_file(from)?;
     let partial = partial_path(db);
-    let _ = std::fs::remove_file(&partial);
-    let copied = create_private(&partial)
-        .and_then(|()| {
-            let mut src = std::fs::File::open(from)
-                .map_err(|e| StoreError::Internal(format!("cannot read {}: {e}", from.display())))?;
-            let mut dst = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&partial)
-                .map_err(|e| StoreError::Internal(format!("cannot write {}: {e}", partial.display())))?;
-            std::io::copy(&mut src, &mut dst)
-                .map_err(|e| StoreError::Internal(format!("cannot copy {}: {e}", from.display())))?;
-            Ok(())
-        })
-        .and_then(|()| sync_file(&partial));
+    remove_with_companions(&partial);
+    // Through SQLite, not as a file: a backup with a write-ahead log beside it (a database
+    // kept by an earlier restore, a copy of one left by a crash) holds what its log holds.
+    let copied = Connection::open_with_flags(from, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .map_err(|e| StoreError::Unusable(format!("cannot open {}: {e}{}", from.display(), access_hint(from))))
+        .and_then(|src| write_backup(&src, &partial))
+        .and_then(|()| check_file(&partial))
+        .and_then(|_| sync_file(&partial));
     if let Err(e) = copied {
-        let _ = std::fs::remove_file(&partial);
+        remove_with_companions(&partial);
         return Err(e);
     }
-    let kept = if db.exists() { Some(keep_current(db, kept)?) } else { None };
+    // The current database goes with its log or journal: left beside the restored file, SQLite
+    // would take them for its own and write the old database's pages into it.
+    let companions = [wal_path(db), journal_path(db)];
+    let kept = if db.exists() || companions.iter().any(|c| c.exists()) { Some(keep_current(db, kept)?) } else { None };
+    if let Some(left) = companions.iter().find(|c| c.exists()) {
+        remove_with_companions(&partial);
+        return Err(StoreError::Internal(format!(
+            "{} is still beside the database: move it away and restore again",
+            left.display()
+        )));
+    }
     let _ = std::fs::remove_file(shm_path(db));
     std::fs::rename(&partial, db).map_err(|e| StoreError::Internal(format!("cannot replace {}: {e}", db.display())))?;
     // Restored by root, the copy is root's: the service's user must be able to open it.
@@ -303,8 +308,17 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
     Ok((Copied { path: db.to_path_buf(), bytes, schema_version: version }, kept))
 }
 
-/// Renames the database at `db`, with its write-ahead log, to `kept` (`kept-2`, `kept-3`, ...
-/// where that name is taken): the files as they were, which SQLite opens together again.
+/// Removes `path` and what SQLite may have made beside it.
+fn remove_with_companions(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    for side in [wal_path(path), shm_path(path), journal_path(path)] {
+        let _ = std::fs::remove_file(side);
+    }
+}
+
+/// Renames the database at `db`, with its write-ahead log or rollback journal, to `kept`
+/// (`kept-2`, `kept-3`, ... where that name is taken): the files as they were, which SQLite
+/// opens together again.
 fn keep_current(db: &Path, kept: &Path) -> Result<PathBuf> {
     let free = (1..=crate::limits::KEPT_DATABASE_NAMES_MAX)
         .map(|n| {
@@ -316,14 +330,17 @@ fn keep_current(db: &Path, kept: &Path) -> Result<PathBuf> {
                 PathBuf::from(name)
             }
         })
-        .find(|p| !p.exists() && !wal_path(p).exists())
+        .find(|p| !p.exists() && !wal_path(p).exists() && !journal_path(p).exists())
         .ok_or_else(|| StoreError::Internal(format!("{} and the names after it are taken", kept.display())))?;
-    let wal = wal_path(db);
-    if wal.exists() {
-        std::fs::rename(&wal, wal_path(&free))
-            .map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", wal.display())))?;
+    for (side, to) in [(wal_path(db), wal_path(&free)), (journal_path(db), journal_path(&free))] {
+        if side.exists() {
+            std::fs::rename(&side, to)
+                .map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", side.display())))?;
+        }
     }
-    std::fs::rename(db, &free).map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", db.display())))?;
+    if db.exists() {
+        std::fs::rename(db, &free).map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", db.display())))?;
+    }
     Ok(free)
 }
 

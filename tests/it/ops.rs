@@ -608,3 +608,69 @@ fn the_open_files_limit_is_raised_for_the_connections_allowed() {
     });
     assert!(warning.contains("raise LimitNOFILE or lower connections_max"), "{warning}");
 }
+
+/// A restore reads its backup through SQLite: a database with its write-ahead log beside it
+/// (one kept by an earlier restore, or copied as a crash left it) is restored with what the
+/// log holds; copied as a file, the writes in the log were lost. And the database it replaces
+/// goes with its rollback journal (left hot by an interrupted `compact` of a restored
+/// database): left beside the restored file, SQLite rolled the old database's pages into it.
+#[test]
+fn restore_takes_a_backups_log_and_keeps_the_replaced_databases_journal() {
+    let s = Service::start("restore_takes_a_backups_log");
+    let client = s.admin_client();
+    let admin = s.admin.clone();
+    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let backup = s.dir.join("backup.db");
+    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut ids = BTreeSet::from([first]);
+    for i in 0..30 {
+        ids.insert(client.create("contacts", &format!(r#"{{"firstname": "N{i}", "lastname": "Lin"}}"#)));
+    }
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    let db = dir.join("data").join("sitegate.db");
+    // Killed: the last writes are in the log only. The two files as the crash left them.
+    drop(s);
+    let crashed = dir.join("crashed.db");
+    std::fs::copy(&db, &crashed).unwrap();
+    std::fs::copy(dir.join("data").join("sitegate.db-wal"), dir.join("crashed.db-wal")).unwrap();
+    assert!(std::fs::metadata(dir.join("crashed.db-wal")).unwrap().len() > 0, "the writes are in the log");
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", crashed.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = Service::launch(dir.clone(), cfg.clone(), &[]);
+    assert_eq!(all_ids(&s.client(&admin)), ids, "what the backup's log held");
+    assert_eq!(s.terminate(), Some(0));
+
+    // The current database in rollback mode, a transaction cut off: its journal is hot.
+    let python = r#"
+import os, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA journal_mode = DELETE")
+c.execute("PRAGMA cache_size = 2")
+c.execute("BEGIN")
+c.execute("CREATE TABLE filler (x)")
+c.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) INSERT INTO filler SELECT randomblob(3000) FROM n")
+c.execute("DELETE FROM items WHERE id > 0")
+os._exit(0)
+"#;
+    let cut = std::process::Command::new("python3").args(["-c", python, db.to_str().unwrap()]).status().unwrap();
+    assert!(cut.success());
+    assert!(dir.join("data").join("sitegate.db-journal").exists(), "a hot journal to begin with");
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let kept = stdout.lines().find_map(|l| l.strip_prefix("kept the previous database as ")).unwrap().to_string();
+    assert!(std::path::Path::new(&format!("{kept}-journal")).exists(), "the journal went with its database");
+    let check = |path: &std::path::Path| -> (String, i64) {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        let contacts: i64 = conn.query_row("SELECT count(*) FROM items WHERE id > 0", [], |r| r.get(0)).unwrap_or(-1);
+        (ok, contacts)
+    };
+    // The kept database, opened with its journal, is as it was before the cut transaction.
+    assert_eq!(check(std::path::Path::new(&kept)).0, "ok");
+    assert!(check(std::path::Path::new(&kept)).1 > 0);
+    assert_eq!(check(&db).0, "ok", "the restored database");
+    let s = Service::launch(dir, cfg, &[]);
+    assert_eq!(all_ids(&s.client(&admin)), BTreeSet::from([first]), "the backup's data");
+}
