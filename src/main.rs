@@ -332,8 +332,10 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Compact(c) => {
             let config = load(c.config.as_deref())?;
             init_logging(log::LevelFilter::Warn);
-            let _lock = lock_stopped(&config, "compacting")?;
+            // Before the lock, which would make the folder and the lock file of a database
+            // that is not there (a wrong --config).
             no_database(&config)?;
+            let _lock = lock_stopped(&config, "compacting")?;
             let (before, after) = store::compact(&config.store.path).map_err(Failure::Store)?;
             println!("compacted {}: {before} bytes -> {after} bytes", config.store.path.display());
             Ok(())

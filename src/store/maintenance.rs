@@ -108,7 +108,19 @@ pub fn backup(db: &Path, out: &Path) -> Result<Copied> {
             db.display()
         )));
     }
-    backup_connection(&src, out)
+    if version < 1 {
+        return Err(StoreError::Unusable(format!(
+            "{} is not a sitegate database (schema version {version}): is [store] path right?",
+            db.display()
+        )));
+    }
+    // The copy's check finds what is wrong with the database: said of the database.
+    backup_connection(&src, out).map_err(|e| match e {
+        StoreError::Unusable(m) => {
+            StoreError::Unusable(format!("the database {} failed the check of its copy (removed): {m}", db.display()))
+        }
+        other => other,
+    })
 }
 
 /// Whether `path` names the database at `db` or one of the files SQLite and sitegate keep

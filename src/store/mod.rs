@@ -244,6 +244,15 @@ impl Store {
                 other => other,
             }
         })?;
+        let known = schema::MIGRATIONS.len() as i64;
+        if version > known {
+            // Refused before anything is written to it (the switch to WAL below would be).
+            return Err(StoreError::Unusable(format!(
+                "{} has schema version {version}, newer than this sitegate knows ({known}); run the newer \
+                 sitegate or restore a backup",
+                path.display()
+            )));
+        }
         if version == 0 {
             // A new database (or an empty file): sitegate's, readable by the service only. A
             // file with tables of its own is some other program's: left as it is.
@@ -263,7 +272,7 @@ impl Store {
                 // who owns the folder, must be able to open it.
                 maintenance::give_to_owner_of(path, path.parent().filter(|d| !d.as_os_str().is_empty()));
             }
-        } else if !migrate_existing && version < schema::MIGRATIONS.len() as i64 {
+        } else if !migrate_existing && version < known {
             // Not for good: the service's next start migrates it.
             return Err(StoreError::Internal(format!(
                 "{} has schema version {version}, older than this sitegate's ({}): start the service of this \
@@ -272,6 +281,11 @@ impl Store {
                 path.display(),
                 schema::MIGRATIONS.len()
             )));
+        }
+        if version > 0 {
+            // Made readable to others by an earlier version or by hand: the database holds
+            // tokens' hashes and where people were.
+            restrict_existing_permissions(path);
         }
         configure(&writer, true).map_err(named)?;
         migrate(&writer, path, schema::MIGRATIONS).map_err(named)?;
@@ -743,6 +757,31 @@ fn restrict_permissions(path: &Path) {
 
 #[cfg(not(unix))]
 fn restrict_permissions(_path: &Path) {}
+
+/// The database and its write-ahead log and index as the service's own (mode 0600), where they
+/// are readable or writable by others; said once in the log.
+#[cfg(unix)]
+fn restrict_existing_permissions(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = std::path::PathBuf::from(file);
+        let Ok(meta) = std::fs::metadata(&file) else { continue };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 == 0 {
+            continue;
+        }
+        match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode & 0o700)) {
+            Ok(()) => log::info!("{} was mode {mode:o}: now readable by its owner only", file.display()),
+            // Not this user's file (a command run by another user): the service's start does it.
+            Err(e) => log::debug!("cannot restrict permissions of {}: {e}", file.display()),
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn restrict_existing_permissions(_path: &Path) {}
 
 /// Field values as stored: a JSON object of text.
 fn fields_json(fields: &FieldValues) -> String {

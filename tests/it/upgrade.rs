@@ -75,6 +75,25 @@ fn commands_leave_an_earlier_database_to_the_service() {
     assert!(s.cli(&["user", "list"]).status.success());
 }
 
+/// A database of a newer sitegate (a downgrade) is refused before anything is written to it:
+/// the switch to the write-ahead log rewrote its header and made its log beside it.
+#[test]
+fn a_newer_database_is_refused_untouched() {
+    let (dir, db) = upgraded_dir("upgrade_newer_refused_untouched");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+    }
+    let before = std::fs::read(&db).unwrap();
+    let out = crate::support::cli_with_config(&dir.join("config.toml"), &["serve"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{err}");
+    assert!(err.contains("newer than this sitegate knows"), "{err}");
+    assert_eq!(std::fs::read(&db).unwrap(), before, "the newer database was changed");
+    assert!(!dir.join("data/sitegate.db-wal").exists());
+}
+
 #[test]
 fn an_earlier_database_is_backed_up_migrated_and_served_as_before() {
     let (dir, _) = upgraded_dir("upgrade");
@@ -88,9 +107,21 @@ fn an_earlier_database_is_backed_up_migrated_and_served_as_before() {
     }
     let accounts = accounts();
     let id = |name: &str| accounts["ids"][name].as_i64().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let db = dir.join("data/sitegate.db");
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
     let s = Service::launch(dir.clone(), dir.join("config.toml"), &[]);
     for file in &unfinished {
         assert!(!file.exists(), "{} is left", file.display());
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for file in ["sitegate.db", "sitegate.db-wal", "sitegate.db-shm"] {
+            let mode = std::fs::metadata(dir.join("data").join(file)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{file}: an earlier database readable by others stays so");
+        }
     }
     let admin = s.client(&account(&accounts, "admin@sitegate.local"));
 
