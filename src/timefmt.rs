@@ -108,6 +108,17 @@ pub fn parse_local_ms(s: &str, tz: &TimeZone) -> Option<i64> {
     dt.to_zoned(tz.clone()).ok().map(|z| z.timestamp().as_millisecond())
 }
 
+/// The end of a plain date `YYYY-MM-DD` in the site's time zone: the next day's midnight there
+/// (a day of a daylight-saving change is 23 or 25 hours long). None for anything else.
+pub fn local_day_end_ms(s: &str, tz: &TimeZone) -> Option<i64> {
+    let s = crate::model::trim_blank(s);
+    if s.len() != 10 {
+        return None;
+    }
+    let next = s.parse::<Date>().ok()?.tomorrow().ok()?;
+    next.to_datetime(jiff::civil::Time::midnight()).to_zoned(tz.clone()).ok().map(|z| z.timestamp().as_millisecond())
+}
+
 /// Today's date in the site's time zone.
 pub fn today(tz: &TimeZone) -> Date {
     Timestamp::now().to_zoned(tz.clone()).date()
@@ -116,6 +127,19 @@ pub fn today(tz: &TimeZone) -> Date {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_date_ends_at_the_next_local_midnight() {
+        let berlin = TimeZone::get("Europe/Berlin").unwrap();
+        let day = |d: &str| {
+            let start = parse_local_ms(d, &berlin).unwrap();
+            (local_day_end_ms(d, &berlin).unwrap() - start) / 3_600_000
+        };
+        assert_eq!(day("2026-10-25"), 25, "the autumn change");
+        assert_eq!(day("2026-03-29"), 23, "the spring change");
+        assert_eq!(day("2026-06-01"), 24);
+        assert_eq!(local_day_end_ms("2026-06-01 10:00:00", &berlin), None);
+    }
 
     #[test]
     fn formats() {

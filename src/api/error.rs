@@ -20,7 +20,7 @@
 //! | alreadyexists | 409 | a unique name is taken |
 //! | limitreached | 409 | a bounded collection is full (webhooks of an organisation, devices) |
 //! | requesttoolarge | 413 | the body is over the limit |
-//! | replytoolarge | 413 | an answer would hold too many bytes of records, or a nested one does not fit in the batch reply |
+//! | replytoolarge | 413 | an answer would hold too many bytes of records, a time-in-zone report too many visits, or a nested one does not fit in the batch reply |
 //! | quotaexceeded | 429 | the user's hourly call quota is used up |
 //! | internalerror | 500 | a fault of the service; the message carries a reference to the log |
 //! | serverbusy | 503 | the service is overloaded or the database is locked; retry |
@@ -117,6 +117,15 @@ impl ApiError {
                 "The request ran, but its answer ({answer_bytes} bytes) does not fit in the batch reply \
                  (at most {limit_bytes} bytes in all); ask for it in a request of its own"
             ),
+        )
+    }
+
+    /// A time-in-zone report that would read more visits than it may (`LOCATION_REPORT_VISITS_MAX`).
+    pub fn report_too_large(visits_max: u32) -> ApiError {
+        ApiError::new(
+            413,
+            "replytoolarge",
+            format!("The report would read more than {visits_max} visits: ask for a shorter range, a device or a zone"),
         )
     }
 

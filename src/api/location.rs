@@ -251,6 +251,12 @@ fn devices_seen_by(ctx: &Ctx<'_>) -> Result<Vec<StoredDevice>, ApiError> {
 /// [`devices_seen_by`] for callers outside a request (the status page's events).
 pub fn visible_devices(app: &super::App, viewer: &crate::model::Viewer) -> Result<Vec<StoredDevice>, ApiError> {
     let mut devices = app.store.devices(Some(&viewer.org))?;
+    // A contact deleted since it was assigned is no one's to show (its name is not read).
+    for d in &mut devices {
+        if d.contact_name.is_none() {
+            d.device.contactid = None;
+        }
+    }
     if viewer.admin {
         return Ok(devices);
     }
@@ -424,15 +430,18 @@ fn time_query(ctx: &Ctx<'_>) -> Result<TimeQuery, ApiError> {
                     ApiError::invalid_parameter("range", format!("{:?} is not a date or date-time", trim_blank(s)))
                 })
             };
-            let (from, mut to) = (parse(a)?, parse(b)?);
-            // A plain end date includes that whole day.
-            if trim_blank(b).len() == 10 {
-                to += 86_400_000;
-            }
+            // A plain end date includes that whole day (in the site's time zone: 23 or 25
+            // hours on the days the clocks change).
+            let from = parse(a)?;
+            let to = match crate::timefmt::local_day_end_ms(b, tz(ctx)) {
+                Some(end) => end,
+                None => parse(b)?,
+            };
             if to <= from {
                 return Err(ApiError::invalid_parameter("range", "the end must be after the start"));
             }
-            if to - from > limits::LOCATION_REPORT_RANGE_DAYS_MAX * 86_400_000 {
+            // Days as the site counts them: a year with the autumn change is an hour longer.
+            if to - from > limits::LOCATION_REPORT_RANGE_DAYS_MAX * 86_400_000 + 3_600_000 {
                 return Err(ApiError::invalid_parameter(
                     "range",
                     format!("at most {} days", limits::LOCATION_REPORT_RANGE_DAYS_MAX),
@@ -480,6 +489,8 @@ fn time_query(ctx: &Ctx<'_>) -> Result<TimeQuery, ApiError> {
 /// One visit cut to the report's range.
 struct Stay<'a> {
     device: &'a StoredDevice,
+    /// The device's contact at the time (the visit's, not the device's now).
+    holder: Option<i64>,
     zone_id: i64,
     enter_ms: i64,
     exit_ms: i64,
@@ -506,6 +517,7 @@ fn stays<'a>(q: &TimeQuery, visits: &[Visit], devices: &'a HashMap<i64, &'a Stor
             let (enter_ms, exit_ms) = (v.enter_ms.max(q.from_ms), exit.min(q.to_ms));
             (exit_ms > enter_ms).then_some(Stay {
                 device,
+                holder: v.contact_id,
                 zone_id: v.zone_id,
                 enter_ms,
                 exit_ms,
@@ -545,7 +557,14 @@ fn minutes_map(site: &Site, zone_id: i64, minutes: i64) -> Out {
 
 /// The records of one device or zone: per zone totals, or (detailed) one per visit; sorted,
 /// filtered by min/max minutes, one page.
-fn visit_records(ctx: &Ctx<'_>, site: &Site, q: &TimeQuery, stays: &[&Stay<'_>], by_device: bool) -> (i64, Vec<Out>) {
+fn visit_records(
+    ctx: &Ctx<'_>,
+    site: &Site,
+    q: &TimeQuery,
+    stays: &[&Stay<'_>],
+    by_device: bool,
+    names: &Names,
+) -> (i64, Vec<Out>) {
     let mut rows: Vec<(i64, i64, Out)> = Vec::new(); // (sort key, minutes, record)
     if q.detailed {
         for s in stays {
@@ -555,7 +574,7 @@ fn visit_records(ctx: &Ctx<'_>, site: &Site, q: &TimeQuery, stays: &[&Stay<'_>],
                 r.push("zoneid", Out::Int(s.zone_id));
                 r.push("zonename", Out::text(zone_name(site, s.zone_id)));
             } else {
-                push_device(&mut r, s.device);
+                push_device(&mut r, s.device, s.holder, names);
             }
             r.push("enter", Out::text(local_ms(s.enter_ms, tz(ctx))));
             r.push("exit", Out::text(if s.open { String::new() } else { local_ms(s.exit_ms, tz(ctx)) }));
@@ -563,10 +582,12 @@ fn visit_records(ctx: &Ctx<'_>, site: &Site, q: &TimeQuery, stays: &[&Stay<'_>],
             rows.push((if q.sort_exit { s.exit_ms } else { s.enter_ms }, minutes, r));
         }
     } else {
-        // Totals per zone (by device) or per device (by zone), in first-enter order.
-        let mut totals: Vec<(i64, i64, i64, i64, &StoredDevice)> = Vec::new(); // key id, first enter, last exit, ms
+        // Totals per zone (by device) or per device and its holder (by zone), in first-enter
+        // order.
+        type Total<'a> = ((i64, Option<i64>), i64, i64, i64, &'a StoredDevice); // key, first enter, last exit, ms
+        let mut totals: Vec<Total<'_>> = Vec::new();
         for s in stays {
-            let key = if by_device { s.zone_id } else { s.device.id };
+            let key = if by_device { (s.zone_id, None) } else { (s.device.id, s.holder) };
             match totals.iter_mut().find(|t| t.0 == key) {
                 Some(t) => {
                     t.1 = t.1.min(s.enter_ms);
@@ -576,7 +597,7 @@ fn visit_records(ctx: &Ctx<'_>, site: &Site, q: &TimeQuery, stays: &[&Stay<'_>],
                 None => totals.push((key, s.enter_ms, s.exit_ms, s.exit_ms - s.enter_ms, s.device)),
             }
         }
-        for (key, first, last, ms, device) in totals {
+        for ((key, holder), first, last, ms, device) in totals {
             let minutes = minutes_of(ms);
             let mut r = Out::map();
             if by_device {
@@ -584,7 +605,7 @@ fn visit_records(ctx: &Ctx<'_>, site: &Site, q: &TimeQuery, stays: &[&Stay<'_>],
                 r.push("zonename", Out::text(zone_name(site, key)));
                 r.push("minutesinzone", minutes_map(site, key, minutes));
             } else {
-                push_device(&mut r, device);
+                push_device(&mut r, device, holder, names);
                 let zone = stays.first().map(|s| s.zone_id).unwrap_or_default();
                 r.push("minutesinzone", minutes_map(site, zone, minutes));
             }
@@ -603,28 +624,65 @@ fn visit_records(ctx: &Ctx<'_>, site: &Site, q: &TimeQuery, stays: &[&Stay<'_>],
     (count, page)
 }
 
-fn push_device(r: &mut Out, d: &StoredDevice) {
-    r.push("contactid", opt_int(d.device.contactid));
-    r.push("contactname", opt_text(d.contact_name.clone()));
+/// The names of the contacts the caller may see (live ones), by id.
+type Names = HashMap<i64, String>;
+
+/// A device in a report, with `holder` as its contact when the caller may see her.
+fn push_device(r: &mut Out, d: &StoredDevice, holder: Option<i64>, names: &Names) {
+    let holder = holder.filter(|id| names.contains_key(id));
+    r.push("contactid", opt_int(holder));
+    r.push("contactname", opt_text(holder.and_then(|id| names.get(&id).cloned())));
     r.push("deviceid", Out::text(d.device.deviceid.clone()));
     r.push("devicename", Out::text(d.device.label.clone()));
     r.push("deviceaddress", Out::text(d.device.deviceaddress.clone()));
 }
 
+/// The organisation's devices (with their contacts now), the visits of the range (each with
+/// its contact then), and the names of those contacts the caller may see.
 struct ReportData {
     devices: Vec<StoredDevice>,
     visits: Vec<Visit>,
+    names: Names,
 }
 
 fn report_data(ctx: &Ctx<'_>, q: &TimeQuery) -> Result<ReportData, ApiError> {
-    let devices = devices_seen_by(ctx)?;
+    let devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
     if let Some(a) = &q.deviceaddress
         && !devices.iter().any(|d| &d.device.deviceaddress == a)
     {
         return Err(ApiError::invalid_parameter("deviceaddress", format!("no device {a}")));
     }
-    let visits = ctx.app.store.visits(&ctx.viewer.org, q.from_ms, q.to_ms, limits::LOCATION_REPORT_VISITS_MAX)?;
-    Ok(ReportData { devices, visits })
+    // What the report asks for is read, and no more than the bound: a report that would need
+    // more is refused, not cut short.
+    let only = crate::store::VisitFilter {
+        device_id: q
+            .deviceaddress
+            .as_ref()
+            .and_then(|a| devices.iter().find(|d| &d.device.deviceaddress == a))
+            .map(|d| d.id),
+        tagtype: q.tagtype,
+        zones: match (q.zone, q.zones.is_empty()) {
+            (Some(z), _) => Some(vec![z]),
+            (None, false) => Some(q.zones.clone()),
+            (None, true) => None,
+        },
+    };
+    let max = limits::LOCATION_REPORT_VISITS_MAX;
+    let visits = ctx.app.store.visits(&ctx.viewer.org, q.from_ms, q.to_ms, &only, max + 1)?;
+    if visits.len() > max as usize {
+        return Err(ApiError::report_too_large(max));
+    }
+    let mut contacts: Vec<i64> =
+        visits.iter().filter_map(|v| v.contact_id).chain(devices.iter().filter_map(|d| d.device.contactid)).collect();
+    contacts.sort_unstable();
+    contacts.dedup();
+    let mut names = ctx.app.store.contact_names(&ctx.viewer.org, &contacts)?;
+    if !ctx.viewer.admin {
+        let keys: Vec<i64> = names.keys().copied().collect();
+        let visible = ctx.app.store.visible_ids(&ctx.viewer, &keys)?;
+        names.retain(|id, _| visible.contains(id));
+    }
+    Ok(ReportData { devices, visits, names })
 }
 
 pub fn timebydevice(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
@@ -633,27 +691,34 @@ pub fn timebydevice(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let data = report_data(ctx, &q)?;
     let by_id: HashMap<i64, &StoredDevice> = data.devices.iter().map(|d| (d.id, d)).collect();
     let stays = stays(&q, &data.visits, &by_id);
-    let mut groups: BTreeMap<i64, Vec<&Stay<'_>>> = BTreeMap::new();
+    // By device and the contact who held it: a badge handed on is one entry per holder.
+    let mut groups: BTreeMap<(i64, Option<i64>), Vec<&Stay<'_>>> = BTreeMap::new();
     for s in &stays {
-        groups.entry(s.device.id).or_default().push(s);
+        groups.entry((s.device.id, s.holder)).or_default().push(s);
     }
-    let entry = |d: &StoredDevice, stays: &[&Stay<'_>]| {
-        let (count, records) = visit_records(ctx, &site, &q, stays, true);
+    let entry = |d: &StoredDevice, holder: Option<i64>, stays: &[&Stay<'_>]| {
+        let (count, records) = visit_records(ctx, &site, &q, stays, true, &data.names);
         let mut e = Out::map();
-        e.push("contactid", opt_int(d.device.contactid));
-        e.push("contactname", opt_text(d.contact_name.clone()));
-        e.push("deviceid", Out::text(d.device.deviceid.clone()));
-        e.push("devicename", Out::text(d.device.label.clone()));
-        e.push("deviceaddress", Out::text(d.device.deviceaddress.clone()));
-        e.with("count", Out::Int(count)).with("records", Out::list("record", records))
+        push_device(&mut e, d, holder, &data.names);
+        (count, e.with("count", Out::Int(count)).with("records", Out::list("record", records)))
     };
-    // One device asked for: the object itself; otherwise one per device with visits.
+    // One device asked for: the object itself, with the time of its contact now; otherwise one
+    // per device and holder with visits that pass min and max.
     let doc = match &q.deviceaddress {
         Some(a) => {
             let d = data.devices.iter().find(|d| &d.device.deviceaddress == a).ok_or_else(ApiError::item_not_found)?;
-            entry(d, groups.get(&d.id).map(Vec::as_slice).unwrap_or(&[]))
+            let holder = d.device.contactid;
+            entry(d, holder, groups.get(&(d.id, holder)).map(Vec::as_slice).unwrap_or(&[])).1
         }
-        None => Out::list("device", groups.iter().filter_map(|(id, s)| by_id.get(id).map(|d| entry(d, s))).collect()),
+        None => Out::list(
+            "device",
+            groups
+                .iter()
+                .filter_map(|((id, holder), s)| by_id.get(id).map(|d| entry(d, *holder, s)))
+                .filter(|(count, _)| *count > 0)
+                .map(|(_, e)| e)
+                .collect(),
+        ),
     };
     Ok(Reply::ok(Out::map().with("timebydevice", doc)))
 }
@@ -674,16 +739,22 @@ pub fn timebyzone(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
         groups.entry(s.zone_id).or_default().push(s);
     }
     let entry = |zone_id: i64, stays: &[&Stay<'_>]| {
-        let (count, records) = visit_records(ctx, &site, &q, stays, false);
-        Out::map()
+        let (count, records) = visit_records(ctx, &site, &q, stays, false, &data.names);
+        let e = Out::map()
             .with("zoneid", Out::Int(zone_id))
             .with("zonename", Out::text(zone_name(&site, zone_id)))
             .with("count", Out::Int(count))
-            .with("records", Out::list("record", records))
+            .with("records", Out::list("record", records));
+        (count, e)
     };
+    // One zone asked for: the object itself; otherwise one per zone with visits that pass
+    // min and max.
     let doc = match q.zone {
-        Some(z) => entry(z, groups.get(&z).map(Vec::as_slice).unwrap_or(&[])),
-        None => Out::list("zone", groups.iter().map(|(z, s)| entry(*z, s)).collect()),
+        Some(z) => entry(z, groups.get(&z).map(Vec::as_slice).unwrap_or(&[])).1,
+        None => Out::list(
+            "zone",
+            groups.iter().map(|(z, s)| entry(*z, s)).filter(|(count, _)| *count > 0).map(|(_, e)| e).collect(),
+        ),
     };
     Ok(Reply::ok(Out::map().with("timebyzone", doc)))
 }

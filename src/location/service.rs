@@ -205,8 +205,19 @@ impl ClockSteps {
 
 /// The wall clock was stepped by `step` ms: the engine's, the alerts' and the feed's times
 /// move with it.
-fn follow_step(step: i64, pipeline: &mut Pipeline, alerts: &mut crate::alerts::Alerts, feed: Option<&mut Feed>) {
+fn follow_step(
+    step: i64,
+    store: &Store,
+    pipeline: &mut Pipeline,
+    alerts: &mut crate::alerts::Alerts,
+    feed: Option<&mut Feed>,
+) {
     log::warn!("location: the system clock was set {step:+} ms; the engine's and the alerts' times follow");
+    // The stays in progress too: set back, a stay would have begun after now, and be stored
+    // as lasting nothing when the device leaves.
+    if let Err(e) = store.shift_stays_in_progress(step) {
+        log::warn!("location: cannot move the stays in progress with the clock: {e}");
+    }
     pipeline.shift(step);
     alerts.shift(step);
     if let Some(feed) = feed {
@@ -234,7 +245,7 @@ fn flush(
 ) {
     let (wall_ms, step) = clock.look();
     if let Some(step) = step {
-        follow_step(step, pipeline, alerts, feed.as_deref_mut());
+        follow_step(step, store, pipeline, alerts, feed.as_deref_mut());
     }
     pipeline.tick_until(wall_ms, &mut scratch.outputs);
     pending.outputs(pipeline, &mut scratch.outputs);
@@ -261,7 +272,7 @@ fn flush(
     }
     alerts.acks(store, feed.as_deref_mut(), now, &mut scratch.fired);
     if let Some(step) = step {
-        follow_step(step, pipeline, alerts, feed.as_deref_mut());
+        follow_step(step, store, pipeline, alerts, feed.as_deref_mut());
     }
     alerts.act(store, feed, &mut scratch.fired);
 }
@@ -342,7 +353,7 @@ fn run(
         // Looked for after the wait, before what arrived is taken: an advert stamped after a
         // step meets the engine's times moved by it.
         if let (_, Some(step)) = clock.look() {
-            follow_step(step, &mut pipeline, &mut alerts, feed.as_mut());
+            follow_step(step, store, &mut pipeline, &mut alerts, feed.as_mut());
         }
         match received {
             Ok(mut advert) => {

@@ -1,5 +1,7 @@
 //! Devices (tags), their status, location history and zone visits.
 
+use std::collections::HashMap;
+
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{ExecCached, Result, Store, StoreError};
@@ -69,6 +71,14 @@ pub struct Placement {
     pub visit_id: i64,
 }
 
+/// Which visits a report reads (each None: all).
+#[derive(Clone, Debug, Default)]
+pub struct VisitFilter {
+    pub device_id: Option<i64>,
+    pub tagtype: Option<i64>,
+    pub zones: Option<Vec<i64>>,
+}
+
 /// A stored location update.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LocationRow {
@@ -91,6 +101,8 @@ pub struct Visit {
     pub enter_ms: i64,
     /// None: still there.
     pub exit_ms: Option<i64>,
+    /// Whose it is: the device's contact when it was written.
+    pub contact_id: Option<i64>,
 }
 
 const DEVICE_COLUMNS: &str = "d.id, d.org, d.deviceaddress, d.deviceid, d.label, d.tagtype, d.beacon, d.contact_id, \
@@ -130,7 +142,13 @@ fn device_from_row(r: &Row<'_>) -> rusqlite::Result<StoredDevice> {
 }
 
 fn visit_from_row(r: &Row<'_>) -> rusqlite::Result<Visit> {
-    Ok(Visit { device_id: r.get(0)?, zone_id: r.get(1)?, enter_ms: r.get(2)?, exit_ms: r.get(3)? })
+    Ok(Visit {
+        device_id: r.get(0)?,
+        zone_id: r.get(1)?,
+        enter_ms: r.get(2)?,
+        exit_ms: r.get(3)?,
+        contact_id: r.get(4)?,
+    })
 }
 
 /// Registers one device, after checking it (unique identities, a real contact, the bound).
@@ -232,7 +250,7 @@ impl Store {
     ) -> Result<Result<(), E>> {
         self.write(|tx| {
             let sql = format!(
-                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id
+                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id AND c.archived IS NULL
                  WHERE d.id = ?1 AND d.org = ?2"
             );
             let current = tx.query_row(&sql, (id, org), device_from_row).optional()?.ok_or(StoreError::NotFound)?;
@@ -241,7 +259,11 @@ impl Store {
                 Err(refused) => return Ok(Err(refused)),
             };
             check_unique(tx, d, id)?;
-            check_contact(tx, org, d.contactid)?;
+            // Only a new contact is checked: one deleted since it was assigned does not keep
+            // the device from being changed otherwise.
+            if d.contactid != current.device.contactid {
+                check_contact(tx, org, d.contactid)?;
+            }
             tx.exec(
                 "UPDATE devices SET deviceaddress = ?2, deviceid = ?3, label = ?4, tagtype = ?5, beacon = ?6,
                                     contact_id = ?7, updated = ?8 WHERE id = ?1",
@@ -274,7 +296,7 @@ impl Store {
     pub fn devices(&self, org: Option<&str>) -> Result<Vec<StoredDevice>> {
         self.read(|tx| {
             let sql = format!(
-                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id
+                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id AND c.archived IS NULL
                  WHERE ?1 IS NULL OR d.org = ?1 ORDER BY d.id"
             );
             let mut stmt = tx.prepare_cached(&sql)?;
@@ -286,7 +308,7 @@ impl Store {
     pub fn device(&self, org: Option<&str>, id: i64) -> Result<StoredDevice> {
         self.read(|tx| {
             let sql = format!(
-                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id
+                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id AND c.archived IS NULL
                  WHERE d.id = ?2 AND (?1 IS NULL OR d.org = ?1)"
             );
             tx.query_row(&sql, (org, id), device_from_row).optional()?.ok_or(StoreError::NotFound)
@@ -330,8 +352,9 @@ impl Store {
                         // A device deleted since the engine decided has nothing written; one
                         // whose data was forgotten since entered at that moment.
                         tx.exec(
-                            "INSERT INTO visits (device_id, zone_id, enter_ms)
-                             SELECT id, ?2, CASE WHEN purged_ms > ?3 AND purged_ms <= ?4 THEN purged_ms ELSE ?3 END
+                            "INSERT INTO visits (device_id, zone_id, enter_ms, contact_id)
+                             SELECT id, ?2, CASE WHEN purged_ms > ?3 AND purged_ms <= ?4 THEN purged_ms ELSE ?3 END,
+                                    contact_id
                              FROM devices WHERE id = ?1",
                             (device_id, zone_id, t_ms, now),
                         )?;
@@ -367,8 +390,9 @@ impl Store {
                     LocationEvent::Update { device_id, t_ms, zone_id, lat, lon, receiver, rssi } => {
                         // Not of a device deleted since, nor from before its data was forgotten.
                         tx.exec(
-                            "INSERT OR REPLACE INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi)
-                             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 FROM devices
+                            "INSERT OR REPLACE INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi,
+                                                               contact_id)
+                             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, contact_id FROM devices
                              WHERE id = ?1 AND NOT (coalesce(purged_ms, 0) > ?2 AND purged_ms <= ?8)",
                             (device_id, t_ms, zone_id, lat, lon, receiver, rssi, now),
                         )?;
@@ -381,6 +405,16 @@ impl Store {
                     }
                 }
             }
+            Ok(())
+        })
+    }
+
+    /// The wall clock was stepped by `by_ms`: the visits in progress and the times devices
+    /// came into their zones move with it, as the engine's times do.
+    pub fn shift_stays_in_progress(&self, by_ms: i64) -> Result<()> {
+        self.write(|tx| {
+            tx.exec("UPDATE visits SET enter_ms = enter_ms + ?1 WHERE exit_ms IS NULL", [by_ms])?;
+            tx.exec("UPDATE devices SET zone_since_ms = zone_since_ms + ?1 WHERE zone_id IS NOT NULL", [by_ms])?;
             Ok(())
         })
     }
@@ -435,37 +469,34 @@ impl Store {
         })
     }
 
-    /// A device's location updates since `since_ms`, oldest first: the newest `limit` of them.
+    /// A device's location updates since `since_ms` while its contact now held it (not those
+    /// of someone it was assigned to before), oldest first: the newest `limit` of them.
     pub fn location_history(&self, device_id: i64, since_ms: i64, limit: u32) -> Result<Vec<LocationRow>> {
         self.read(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "SELECT * FROM (SELECT t_ms, zone_id, lat, lon, receiver, rssi FROM locations
-                                WHERE device_id = ?1 AND t_ms >= ?2 ORDER BY t_ms DESC LIMIT ?3)
-                 ORDER BY t_ms",
-            )?;
-            let rows = stmt.query_map((device_id, since_ms, limit), |r| {
-                Ok(LocationRow {
-                    t_ms: r.get(0)?,
-                    zone_id: r.get(1)?,
-                    lat: r.get(2)?,
-                    lon: r.get(3)?,
-                    receiver: r.get(4)?,
-                    rssi: r.get(5)?,
-                })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            let holder: Option<i64> = tx
+                .prepare_cached("SELECT contact_id FROM devices WHERE id = ?1")?
+                .query_row([device_id], |r| r.get(0))
+                .optional()?
+                .flatten();
+            location_history_in(tx, device_id, holder, since_ms, limit)
         })
     }
 
-    /// Visits of an organisation's devices overlapping [from_ms, to_ms), oldest first.
-    pub fn visits(&self, org: &str, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Visit>> {
+    /// Visits of an organisation's devices overlapping [from_ms, to_ms) that pass `only`,
+    /// oldest first, at most `limit`.
+    pub fn visits(&self, org: &str, from_ms: i64, to_ms: i64, only: &VisitFilter, limit: u32) -> Result<Vec<Visit>> {
+        let zones = only.zones.as_ref().map(|z| serde_json::to_string(z).unwrap_or_else(|_| "[]".into()));
         self.read(|tx| {
             let mut stmt = tx.prepare_cached(
-                "SELECT v.device_id, v.zone_id, v.enter_ms, v.exit_ms FROM visits v JOIN devices d ON d.id = v.device_id
+                "SELECT v.device_id, v.zone_id, v.enter_ms, v.exit_ms, v.contact_id FROM visits v
+                 JOIN devices d ON d.id = v.device_id
                  WHERE d.org = ?1 AND v.enter_ms < ?3 AND coalesce(v.exit_ms, ?3) > ?2
+                   AND (?5 IS NULL OR v.device_id = ?5) AND (?6 IS NULL OR d.tagtype = ?6)
+                   AND (?7 IS NULL OR v.zone_id IN (SELECT value FROM json_each(?7)))
                  ORDER BY v.enter_ms, v.id LIMIT ?4",
             )?;
-            let rows = stmt.query_map((org, from_ms, to_ms, limit), visit_from_row)?;
+            let rows =
+                stmt.query_map((org, from_ms, to_ms, limit, only.device_id, only.tagtype, zones), visit_from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
@@ -502,54 +533,124 @@ impl Store {
         })
     }
 
-    /// Everything stored about where a contact's devices were: (device, history, visits).
+    /// Everything stored about where a contact was, by the devices she held: (device, her
+    /// history with it, her visits with it).
     pub fn contact_locations(&self, org: &str, contact: i64) -> Result<ContactLocations> {
-        self.read(|tx| contact_exists(tx, org, contact))?;
-        let devices: Vec<StoredDevice> =
-            self.devices(Some(org))?.into_iter().filter(|d| d.device.contactid == Some(contact)).collect();
-        let mut out = Vec::new();
-        for d in devices {
-            let history = self.location_history(d.id, 0, crate::limits::LOCATION_EXPORT_ROWS_MAX)?;
-            let visits = self.read(|tx| {
-                let mut stmt = tx.prepare_cached(
-                    "SELECT device_id, zone_id, enter_ms, exit_ms FROM visits WHERE device_id = ?1 ORDER BY enter_ms",
-                )?;
-                let rows = stmt.query_map([d.id], visit_from_row)?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })?;
-            out.push((d, history, visits));
-        }
-        Ok(out)
-    }
-
-    /// Forgets where a contact's devices were: their history, visits and last position. A
-    /// device in a zone now (its visit still open) stays there, as if it had entered at the
-    /// purge, so that the engine's next decisions about it still fit what is stored.
-    /// Returns the rows removed.
-    pub fn purge_contact_locations(&self, org: &str, contact: i64) -> Result<usize> {
-        let now = crate::timefmt::now_ms();
-        self.write(|tx| {
+        self.read(|tx| {
             contact_exists(tx, org, contact)?;
-            let ids: Vec<i64> = {
-                let mut stmt = tx.prepare_cached("SELECT id FROM devices WHERE org = ?1 AND contact_id = ?2")?;
-                stmt.query_map((org, contact), |r| r.get(0))?.collect::<rusqlite::Result<_>>()?
-            };
-            let mut n = 0;
-            for id in ids {
-                n += tx.exec("DELETE FROM locations WHERE device_id = ?1", [id])?;
-                n += tx.exec("DELETE FROM visits WHERE device_id = ?1 AND exit_ms IS NOT NULL", [id])?;
-                tx.exec("UPDATE visits SET enter_ms = ?2 WHERE device_id = ?1 AND exit_ms IS NULL", (id, now))?;
-                tx.exec(
-                    "UPDATE devices SET lat = NULL, lon = NULL, receiver = NULL, rssi = NULL, position_ms = NULL,
-                                        position_zone_id = NULL, purged_ms = ?2,
-                                        zone_since_ms = CASE WHEN zone_id IS NULL THEN NULL ELSE ?2 END
-                     WHERE id = ?1",
-                    (id, now),
-                )?;
+            let held = devices_held_by(tx, org, contact)?;
+            let mut out = Vec::new();
+            for id in held {
+                let sql = format!(
+                    "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id AND c.archived IS NULL WHERE d.id = ?1"
+                );
+                let Some(d) = tx.query_row(&sql, [id], device_from_row).optional()? else { continue };
+                let history =
+                    location_history_in(tx, id, Some(contact), 0, crate::limits::LOCATION_EXPORT_ROWS_MAX)?;
+                let visits = {
+                    let mut stmt = tx.prepare_cached(
+                        "SELECT device_id, zone_id, enter_ms, exit_ms, contact_id FROM visits
+                         WHERE device_id = ?1 AND contact_id = ?2 ORDER BY enter_ms",
+                    )?;
+                    let rows = stmt.query_map((id, contact), visit_from_row)?;
+                    rows.collect::<rusqlite::Result<Vec<_>>>()?
+                };
+                out.push((d, history, visits));
             }
-            Ok(n)
+            Ok(out)
         })
     }
+
+    /// Forgets where a contact was: her history and visits with every device she held, and
+    /// the last position of those she holds now. A device of hers in a zone now (its visit
+    /// still open) stays there, as if it had entered at the purge, so that the engine's next
+    /// decisions about it still fit what is stored. Returns the rows removed.
+    pub fn purge_contact_locations(&self, org: &str, contact: i64) -> Result<usize> {
+        self.write(|tx| {
+            contact_exists(tx, org, contact)?;
+            purge_contact_in(tx, org, contact, crate::timefmt::now_ms())
+        })
+    }
+}
+
+impl Store {
+    /// The names of the organisation's live contacts among `ids` (a deleted one has none).
+    pub fn contact_names(&self, org: &str, ids: &[i64]) -> Result<HashMap<i64, String>> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
+        self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, name FROM items WHERE id IN (SELECT value FROM json_each(?2)) AND org = ?1
+                 AND typeid = 1 AND parent IS NULL AND archived IS NULL",
+            )?;
+            let rows = stmt.query_map((org, &ids), |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<rusqlite::Result<HashMap<i64, String>>>()?)
+        })
+    }
+}
+
+/// The devices of the organisation that `contact` holds or held (by her visits), by id.
+fn devices_held_by(tx: &Connection, org: &str, contact: i64) -> Result<Vec<i64>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT id FROM devices WHERE org = ?1 AND (contact_id = ?2
+             OR id IN (SELECT DISTINCT device_id FROM visits WHERE contact_id = ?2))
+         ORDER BY id",
+    )?;
+    let ids = stmt.query_map((org, contact), |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    Ok(ids)
+}
+
+/// [`Store::purge_contact_locations`] inside a write (also an erase's).
+pub(super) fn purge_contact_in(tx: &Connection, org: &str, contact: i64, now: i64) -> Result<usize> {
+    let mut n = 0;
+    for id in devices_held_by(tx, org, contact)? {
+        n += tx.exec("DELETE FROM locations WHERE device_id = ?1 AND contact_id = ?2", (id, contact))?;
+        n += tx.exec(
+            "DELETE FROM visits WHERE device_id = ?1 AND contact_id = ?2 AND exit_ms IS NOT NULL",
+            (id, contact),
+        )?;
+        tx.exec(
+            "UPDATE visits SET enter_ms = ?3 WHERE device_id = ?1 AND contact_id = ?2 AND exit_ms IS NULL",
+            (id, contact, now),
+        )?;
+        tx.exec(
+            "UPDATE devices SET lat = NULL, lon = NULL, receiver = NULL, rssi = NULL, position_ms = NULL,
+                                position_zone_id = NULL, purged_ms = ?3,
+                                zone_since_ms = CASE WHEN zone_id IS NULL THEN NULL ELSE ?3 END
+             WHERE id = ?1 AND contact_id = ?2",
+            (id, contact, now),
+        )?;
+    }
+    Ok(n)
+}
+
+/// A device's history rows since `since_ms` while `contact` held it, oldest first: the newest
+/// `limit` of them.
+fn location_history_in(
+    tx: &Connection,
+    device_id: i64,
+    contact: Option<i64>,
+    since_ms: i64,
+    limit: u32,
+) -> Result<Vec<LocationRow>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT * FROM (SELECT t_ms, zone_id, lat, lon, receiver, rssi FROM locations
+                        WHERE device_id = ?1 AND t_ms >= ?2 AND contact_id IS ?4 ORDER BY t_ms DESC LIMIT ?3)
+         ORDER BY t_ms",
+    )?;
+    let rows = stmt.query_map((device_id, since_ms, limit, contact), |r| {
+        Ok(LocationRow {
+            t_ms: r.get(0)?,
+            zone_id: r.get(1)?,
+            lat: r.get(2)?,
+            lon: r.get(3)?,
+            receiver: r.get(4)?,
+            rssi: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
 /// The contact record exists in the organisation (deleted or not: a deleted contact's

@@ -44,7 +44,7 @@ pub use activities::{ActivityChanges, NewActivity, Place};
 pub use alerts::{AlertOrder, NewAlert, StoredAlert};
 pub use budget::{ReadStop, ReplyBudget, charge as charge_reply, take_charged};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
-pub use location::{ContactLocations, LocationBatch, LocationEvent, Placement, StoredDevice, Visit};
+pub use location::{ContactLocations, LocationBatch, LocationEvent, Placement, StoredDevice, Visit, VisitFilter};
 pub use maintenance::{access_hint, backup, compact, give_to_owner_of, restore};
 pub use mqtt::MqttUser;
 pub use principals::NewUser;

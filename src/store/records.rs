@@ -568,7 +568,18 @@ impl Store {
             ] {
                 rows += tx.exec(&sql, [id])?;
             }
+            if record_type == RecordType::Contact {
+                // Where she was goes with her: her history and visits with every device she
+                // held (after the erase nothing names her, so nothing could forget it later).
+                let org: String = tx.query_row("SELECT org FROM items WHERE id = ?1", [id], |r| r.get(0))?;
+                rows += super::location::purge_contact_in(tx, &org, id, crate::timefmt::now_ms())?;
+            }
+            // Her devices' stays in progress go on as no one's (the trigger of schema 15); the
+            // moment of hers that it ended goes too.
             tx.exec("UPDATE devices SET contact_id = NULL WHERE contact_id = ?1", [id])?;
+            if record_type == RecordType::Contact {
+                rows += tx.exec("DELETE FROM visits WHERE contact_id = ?1", [id])?;
+            }
             tx.exec("UPDATE alerts SET contact_id = NULL WHERE contact_id = ?1", [id])?;
             rows += tx.exec("DELETE FROM items WHERE id = ?1 OR record_id = ?1", [id])?;
             Ok(rows)

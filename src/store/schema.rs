@@ -364,4 +364,24 @@ CREATE INDEX alerts_open_alarms ON alerts (device_id) WHERE channel = 'alarm' AN
     r#"
 ALTER TABLE devices ADD COLUMN purged_ms INTEGER;
 "#,
+    // 15: whose each visit and history row is: the contact the device was assigned to when it
+    // was written (a badge handed on takes no one's past with it). Those before: the device's
+    // contact now. A change of a device's contact ends the stay in progress as the old
+    // holder's and goes on with it as the new one's, whatever makes the change.
+    r#"
+ALTER TABLE visits ADD COLUMN contact_id INTEGER;
+ALTER TABLE locations ADD COLUMN contact_id INTEGER;
+UPDATE visits SET contact_id = (SELECT d.contact_id FROM devices d WHERE d.id = visits.device_id);
+UPDATE locations SET contact_id = (SELECT d.contact_id FROM devices d WHERE d.id = locations.device_id);
+CREATE INDEX visits_contact ON visits (contact_id) WHERE contact_id IS NOT NULL;
+CREATE TRIGGER devices_holder_changed AFTER UPDATE OF contact_id ON devices
+WHEN OLD.contact_id IS NOT NEW.contact_id BEGIN
+    INSERT INTO visits (device_id, zone_id, enter_ms, exit_ms, contact_id)
+        SELECT device_id, zone_id, max(enter_ms, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)), NULL,
+               NEW.contact_id
+        FROM visits WHERE device_id = NEW.id AND exit_ms IS NULL;
+    UPDATE visits SET exit_ms = max(enter_ms, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+        WHERE device_id = NEW.id AND exit_ms IS NULL AND contact_id IS NOT NEW.contact_id;
+END;
+"#,
 ];

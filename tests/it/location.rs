@@ -703,3 +703,154 @@ fn a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it() {
     let history = c.get_json(&format!("/contacts/{ann}/locations")).json();
     assert_eq!(c.get_json("/devices/1").json()["device"]["zoneid"], 22, "{history}");
 }
+
+/// A badge handed from one person to another takes no one's past with it: what was recorded
+/// while Ann held it stays hers (her export, her purge, the reports under her name), and
+/// Carl's starts when he is given it. Erasing a person takes where she was with her; a device
+/// whose contact was deleted can still be changed.
+#[test]
+fn a_badge_handed_on_keeps_each_holders_history_apart() {
+    use crate::mqtt::{add_badge, connect, mqtt_addr, mqtt_user};
+    use std::time::Duration;
+
+    let config = crate::mqtt::site_config("");
+    let s = Service::start_with(
+        "a_badge_handed_on_keeps_each_holders_history_apart",
+        Options { config: &config, env: vec![] },
+    );
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let carl = c.create("contacts", r#"{"firstname": "Carl", "lastname": "Berg"}"#);
+    add_badge(&c, &format!(r#", "contactid": {ann}"#));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(100));
+    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
+    std::thread::sleep(Duration::from_secs(2));
+    let export = |contact: i64| -> (usize, usize) {
+        let v = c.get_json(&format!("/contacts/{contact}/locations")).json();
+        let devices = v["devices"].as_array().cloned().unwrap_or_default();
+        let n = |key: &str| devices.iter().map(|d| d[key].as_array().map_or(0, Vec::len)).sum();
+        (n("history"), n("visits"))
+    };
+    let (ann_rows, ann_visits) = export(ann);
+    assert!(
+        ann_rows > 0 && ann_visits == 1,
+        "Ann's history while she holds the badge: {ann_rows} rows, {ann_visits} visits"
+    );
+
+    c.put_json("/devices/1", &format!(r#"{{"contactid": {carl}}}"#)).assert_status(200);
+    std::thread::sleep(Duration::from_secs(2));
+    let (carl_rows, carl_visits) = export(carl);
+    assert!(carl_visits == 1 && carl_rows > 0, "Carl's own: {carl_rows} rows, {carl_visits} visits");
+    let (rows, visits) = export(ann);
+    assert!(rows >= ann_rows && visits == 1, "Ann's stays hers: {rows} rows, {visits} visits");
+
+    // The report: one entry per holder; the device asked for by address is its holder's now.
+    let report = c.post_json("/report/timebydevice", "{}").json();
+    let holders: Vec<i64> = report["timebydevice"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"))
+        .iter()
+        .filter_map(|d| d["contactid"].as_i64())
+        .collect();
+    assert_eq!(holders, [ann, carl], "{report}");
+    let one = c.post_json("/report/timebydevice", r#"{"deviceaddress": "5/1/22", "detailed": 1}"#).json();
+    assert_eq!(one["timebydevice"]["contactid"], carl, "{one}");
+    assert_eq!(one["timebydevice"]["count"], 1, "Carl's visit only: {one}");
+
+    // Ann's data forgotten: Carl's stays.
+    c.delete(&format!("/contacts/{ann}/locations")).assert_status(200);
+    assert_eq!(export(ann), (0, 0));
+    assert!(export(carl).1 == 1);
+
+    // Carl deleted: his badge can still be relabelled. Erased: where he was goes with him.
+    c.delete(&format!("/contacts/{carl}")).assert_status(200);
+    c.put_json("/devices/1", r#"{"label": "spare badge"}"#).assert_status(200);
+    let out = s.cli(&["erase", "--type", "contacts", "--id", &carl.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(Duration::from_secs(2));
+    hearing.stop();
+    let db = rusqlite::Connection::open_with_flags(
+        s.dir.join("data/sitegate.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let left: (i64, i64) = db
+        .query_row(
+            "SELECT (SELECT count(*) FROM visits WHERE contact_id = ?1), (SELECT count(*) FROM locations WHERE contact_id = ?1)",
+            [carl],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(left, (0, 0), "Carl's visits and history after his erase");
+    let open: i64 = db.query_row("SELECT count(*) FROM visits WHERE exit_ms IS NULL", [], |r| r.get(0)).unwrap();
+    assert_eq!(open, 1, "the badge's stay goes on as no one's");
+    assert_eq!(c.get_json("/devices/1").json()["device"]["zoneid"], 22);
+}
+
+/// Reports over stored visits (written into the database while the service is stopped, at
+/// the times they are about): a plain end date is the whole local day, 25 hours on the day
+/// the clocks go back; a report that would read more visits than it may is refused, not cut
+/// short, and one narrowed to a device reads that device's only; groups that `min` leaves
+/// empty are not listed.
+#[test]
+fn reports_count_local_days_and_refuse_rather_than_cut() {
+    let dir = test_dir("reports_count_local_days_and_refuse_rather_than_cut");
+    let config = dir.join("config.toml");
+    let berlin = site_config().replace("timezone = \"UTC\"", "timezone = \"Europe/Berlin\"");
+    // Kept as long as may be: the visits are of earlier this year.
+    std::fs::write(&config, format!("{berlin}\n[location]\nretention_days = 3650\n")).unwrap();
+    for (address, minor) in [("5/1/22", 22), ("5/1/23", 23)] {
+        let beacon = format!("ibeacon:{UUID}/5/{minor}");
+        let out = cli_with_config(&config, &["device", "add", "--address", address, "--beacon", &beacon]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = cli_with_config(
+        &config,
+        &["user", "add", "--email", "op@example.com", "--name", "Op", "--admin", "--org", "acme"],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let account =
+        Account { email: "op@example.com".into(), token: String::from_utf8_lossy(&out.stdout).trim().to_string() };
+    {
+        let db = rusqlite::Connection::open(dir.join("data/sitegate.db")).unwrap();
+        db.execute_batch("BEGIN").unwrap();
+        // 5/1/22 in zone 21 from 22:00 to midnight (CET) on 2026-10-25, when the clocks went back.
+        db.execute(
+            "INSERT INTO visits (device_id, zone_id, enter_ms, exit_ms) VALUES (1, 21, ?1, ?2)",
+            [1_792_962_000_000i64, 1_792_969_200_000],
+        )
+        .unwrap();
+        // 5/1/23: more short visits in January than a report may read.
+        let mut insert =
+            db.prepare("INSERT INTO visits (device_id, zone_id, enter_ms, exit_ms) VALUES (2, 22, ?1, ?2)").unwrap();
+        let jan = 1_767_261_600_000i64; // 2026-01-01 10:00 UTC
+        for i in 0..200_001i64 {
+            insert.execute([jan + i * 10_000, jan + i * 10_000 + 5_000]).unwrap();
+        }
+        drop(insert);
+        db.execute_batch("COMMIT").unwrap();
+    }
+    let s = Service::launch(dir, config, &[]);
+    let c = s.client(&account);
+    let day = c.post_json("/report/timebydevice", r#"{"deviceaddress": "5/1/22", "range": "2026-10-25,2026-10-25"}"#);
+    let v = day.json();
+    assert_eq!(v["timebydevice"]["records"][0]["minutesinzone"]["Kitchen"], 120, "{v}");
+    // The year: too many visits of 5/1/23 for one report; 5/1/22's own are read.
+    let year = r#""range": "2026-01-01,2026-12-31""#;
+    let all = c.post_json("/report/timebyzone", &format!("{{{year}}}"));
+    assert_eq!(all.status, 413, "{}", all.body);
+    assert!(all.body.contains("replytoolarge"), "{}", all.body);
+    let one = c.post_json("/report/timebydevice", &format!(r#"{{"deviceaddress": "5/1/22", {year}}}"#)).json();
+    assert_eq!(one["timebydevice"]["records"][0]["minutesinzone"]["Kitchen"], 120, "{one}");
+    let zone = c.post_json("/report/timebyzone", &format!(r#"{{"zoneid": 21, {year}}}"#)).json();
+    assert_eq!(zone["timebyzone"]["count"], 1, "{zone}");
+    // October: 5/1/22's two hours; a `min` above them leaves no group.
+    let october = r#""range": "2026-10-01,2026-10-31""#;
+    let listed = c.post_json("/report/timebyzone", &format!("{{{october}}}")).json();
+    assert_eq!(listed["timebyzone"].as_array().map(Vec::len), Some(1), "{listed}");
+    let none = c.post_json("/report/timebyzone", &format!(r#"{{"min": 121, {october}}}"#)).json();
+    assert_eq!(none["timebyzone"].as_array().map(Vec::len), Some(0), "{none}");
+    let none = c.post_json("/report/timebydevice", &format!(r#"{{"min": 121, {october}}}"#)).json();
+    assert_eq!(none["timebydevice"].as_array().map(Vec::len), Some(0), "{none}");
+}
