@@ -326,8 +326,14 @@ impl App {
     /// One nested request: the outer headers fill in what it does not send itself.
     fn run_nested(&self, outer: &Request, nested: Nested) -> Response {
         let mut headers = nested.headers;
+        // `Accept` and the `Accepts` some clients send are one header to the format choice: a
+        // nested request that sends either keeps both of the outer request's out.
+        let sends_accept = headers.contains_key("accept") || headers.contains_key("accepts");
         for name in outer.headers.keys() {
-            if OWN_HEADERS.contains(&name.as_str()) || headers.contains_key(name) {
+            if OWN_HEADERS.contains(&name.as_str())
+                || headers.contains_key(name)
+                || (sends_accept && matches!(name.as_str(), "accept" | "accepts"))
+            {
                 continue;
             }
             for value in outer.headers.get_all(name) {

@@ -64,12 +64,35 @@ fn hook_out(h: &Hook) -> Out {
         .with("failed", Out::Int(h.failed))
 }
 
-const HOOK_KEYS: &[&str] = &["type", "title", "active", "event", "constrainttype", "url", "contenttype", "secret"];
+/// The keys a hook is set by, and those an answer shows that a client sends back unchanged
+/// (a hook read, changed and written whole): taken and not heeded, but an `id` other than the
+/// hook's.
+const HOOK_KEYS: &[&str] = &[
+    "type",
+    "title",
+    "active",
+    "event",
+    "constrainttype",
+    "url",
+    "contenttype",
+    "secret",
+    "id",
+    "owner",
+    "paused",
+    "pending",
+    "failed",
+];
 
 /// Reads hook settings from a body over `base` (a new hook: the defaults).
 fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError> {
     only_keys(body, HOOK_KEYS)?;
     let p = Params::new(body);
+    if let Some(h) = base
+        && let Some(id) = p.int("id").map_err(|_| ApiError::invalid_value("id", "must be a number"))?
+        && id != h.id
+    {
+        return Err(ApiError::invalid_value("id", format!("is {id}, not the hook's {}", h.id)));
+    }
     let text = |key: &str| -> Result<Option<String>, ApiError> {
         let v = p.text(key).map_err(|_| ApiError::invalid_value(key, "must be text"))?;
         if let Some(v) = &v {

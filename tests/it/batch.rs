@@ -269,6 +269,17 @@ fn nested_requests_use_outer_headers_unless_they_send_their_own() {
     s.client(&ann).get(&format!("/contacts/{by_ann}")).assert_status(200);
     assert_ne!(created["item"]["ownership"], serde_json::json!(1), "the nested credentials own it, not the outer");
 
+    // `Accepts` (as some clients spell it) outside, `Accept` inside, and the other way: the
+    // part's own wins.
+    for (outer, inner, want) in [("Accepts", "Accept", "xml"), ("Accept", "Accepts", "xml")] {
+        let r = admin.call(Req::new("POST", "/batch").header(outer, "application/json").body(
+            &format!("multipart/mixed; boundary={BOUNDARY}"),
+            body(BOUNDARY, &[part(&format!("GET /contacts/{mine} HTTP/1.1\r\n{inner}: application/xml\r\n\r\n"))]),
+        ));
+        let a = answers(&r);
+        assert!(a[0].header("Content-Type").unwrap().contains(want), "{outer} outside, {inner} inside: {a:?}");
+    }
+
     // No outer credentials: each part authenticates for itself.
     let r = s.anonymous().call(batch_req(&[
         part("GET /contacts/1"),

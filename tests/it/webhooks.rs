@@ -851,3 +851,20 @@ fn loopback_receivers_are_refused_unless_allowed() {
     }
     assert!(rx.received().is_empty(), "nothing reached the loopback receiver");
 }
+
+/// A hook read, changed and written back whole (as clients of the deployed service do): what
+/// the answer shows and a hook is not set by is taken and not heeded; an id other than the
+/// hook's is refused.
+#[test]
+fn a_hook_read_and_written_back_whole_is_taken() {
+    let s = start("a_hook_read_and_written_back_whole_is_taken");
+    let c = s.admin_client();
+    hook(&c, "items.create", "all", "http://crm.example.com/in", "json", "s3cret");
+    let mut read = c.get_json("/hooks/1").json()["hook"].clone();
+    assert_eq!(read["id"], 1, "{read}");
+    read["title"] = serde_json::json!("CRM sync, renamed");
+    c.put_json("/hooks/1", &read.to_string()).assert_status(200);
+    assert_eq!(c.get_json("/hooks/1").json()["hook"]["title"], "CRM sync, renamed");
+    read["id"] = serde_json::json!(2);
+    assert_eq!(c.put_json("/hooks/1", &read.to_string()).status, 400);
+}
