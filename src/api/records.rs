@@ -419,10 +419,9 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
         if s != "AND" && s != "OR" {
             return Err(ApiError::invalid_parameter("special", format!("{s:?} is not AND or OR")));
         }
-        if mode.as_deref() != Some("category") {
-            return Err(ApiError::invalid_parameter("special", "applies to filtermode=category only"));
-        }
     }
+    // `special` says how categories combine; with another filter (or none) it says nothing,
+    // and clients that send every parameter at its default send it.
     let days = |default: u32| -> Result<i64, ApiError> {
         let n = match &value {
             None => default,
@@ -454,9 +453,10 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
             Filter::None
         }
         Some("flagged") => Filter::Flagged,
-        Some("assigned") => match raw_value {
-            Some(v) => Filter::Assigned(id_list(v, "filtervalue")?),
-            None => Filter::Assigned(ctx.viewer.owner_ids()),
+        // Sent empty: as left out, the caller and the caller's groups.
+        Some("assigned") => match raw_value.map(|v| id_list(v, "filtervalue")).transpose()? {
+            Some(ids) if !ids.is_empty() => Filter::Assigned(ids),
+            _ => Filter::Assigned(ctx.viewer.owner_ids()),
         },
         Some("nocategory") => Filter::NoCategory,
         Some("viewed") => Filter::ViewedSince(since(limits::LIST_FILTER_DAYS_DEFAULT)?),

@@ -348,10 +348,11 @@ pub fn activities(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
             ));
         }
     };
-    let typeids = match p.get("types") {
+    // Sent empty (`types=`, `<types/>`): as left out, as every parameter is.
+    let types = p.get("types").map(|v| id_list(v, "types")).transpose()?.filter(|ids| !ids.is_empty());
+    let typeids = match types {
         None => ActivityType::ALL.iter().map(|t| t.typeid()).collect(),
-        Some(v) => {
-            let ids = id_list(v, "types")?;
+        Some(ids) => {
             if let Some(bad) =
                 ids.iter().find(|t| ActivityType::from_typeid(**t).is_none() && !EXTRA_TYPEIDS.contains(t))
             {
@@ -364,7 +365,9 @@ pub fn activities(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     q.stamp = Some((stamp, from, to));
     if let Some(v) = p.get("users") {
         let ids = id_list(v, "users")?;
-        q.users = Some(ctx.app.store.expand_groups(&ctx.viewer.org, &ids)?);
+        if !ids.is_empty() {
+            q.users = Some(ctx.app.store.expand_groups(&ctx.viewer.org, &ids)?);
+        }
     }
     if let Some(v) = p.get("categories") {
         q.categories = id_list(v, "categories")?;

@@ -94,6 +94,8 @@ fn filtermodes_on_fields_tags_and_owners() {
     check(&c, "", ALL);
     check(&c, "filtermode=flagged", &["Flag Alpha"]);
     check(&c, "filtermode=assigned", &["Note Golf"]);
+    // Sent empty, as clients that send every parameter do: as left out.
+    check(&c, "filtermode=assigned&filtervalue=", &["Note Golf"]);
     check(&c, "filtermode=assigned&filtervalue=3", &["Plain Bravo"]);
     check(&c, "filtermode=assigned&filtervalue=2,3", &["Plain Bravo", "Cat Charlie"]);
     check(&c, "filtermode=nocategory", &["Plain Bravo", "Mail Echo", "Note Golf"]);
@@ -130,7 +132,10 @@ fn filtermodes_on_fields_tags_and_owners() {
     check_refused(&c, "filtermode=bogus", "invalidparameter");
     check_refused(&c, "filtermode=category", "invalidparameter");
     check_refused(&c, "filtermode=category&filtervalue=x", "invalidparameter");
-    check_refused(&c, "filtermode=flagged&special=AND", "invalidparameter");
+    // `special` at its default with another filter, or none, says nothing; a bad one is refused.
+    check(&c, "filtermode=flagged&special=OR", &["Flag Alpha"]);
+    check(&c, "filtermode=flagged&special=AND", &["Flag Alpha"]);
+    check_refused(&c, "filtermode=flagged&special=XOR", "invalidparameter");
     check_refused(&c, "filtermode=byphone&filtervalue=12", "invalidparameter");
     check_refused(&c, "filtermode=byemail", "invalidparameter");
     check_refused(&c, "filtervalue=3", "invalidparameter");

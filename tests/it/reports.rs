@@ -314,6 +314,17 @@ fn activities_report_by_time_user_type_and_record() {
         &[note_new, comment, note_old, task_old],
     );
     check(&c, "activities", &format!("{r}?start={today}&end={today}"), &[note_new, comment, note_old, task_old]);
+    // `types` and `users` sent empty, as clients that send every parameter do: as left out.
+    check(
+        &c,
+        "activities",
+        &format!("{r}?start={today}&end={today}&types=&users="),
+        &[note_new, comment, note_old, task_old],
+    );
+    for body in ["<request><types/><users/></request>", "<request><types></types></request>"] {
+        let got = c.call(Req::new("GET", &format!("{r}?start={today}&end={today}")).xml_body(body).json());
+        assert_eq!(got.json()["count"], 4, "{body}: {}", got.body);
+    }
     check(&c, "activities", &format!("{r}?last=completed&types=14&start={today}&end={today}"), &[task_old]);
     check(&c, "activities", &format!("{r}?last=completed&start={old_from}&end={old_to}"), &[]);
     check(&c, "activities", &format!("{r}?last=created&start={old_from}&end={old_to}"), &[note_old, list, task_old]);
