@@ -415,10 +415,11 @@ fn filter_of(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<Filter, Ap
         return Err(ApiError::invalid_parameter("filtervalue", "is too long"));
     }
     let special = p.nonempty("special")?.map(|s| s.to_ascii_uppercase());
-    if let Some(s) = &special {
-        if s != "AND" && s != "OR" {
-            return Err(ApiError::invalid_parameter("special", format!("{s:?} is not AND or OR")));
-        }
+    if let Some(s) = &special
+        && s != "AND"
+        && s != "OR"
+    {
+        return Err(ApiError::invalid_parameter("special", format!("{s:?} is not AND or OR")));
     }
     // `special` says how categories combine; with another filter (or none) it says nothing,
     // and clients that send every parameter at its default send it.
