@@ -563,6 +563,18 @@ mod tests {
     use crate::location::devices::Device;
     use crate::location::site::{AlarmFlag, TagType};
 
+    /// Ann's badge, of tag type 1 (whose flag is the panic button).
+    fn badge() -> Device {
+        Device {
+            deviceaddress: "5/1/22".into(),
+            deviceid: "5.1.22".into(),
+            label: "Ann".into(),
+            tagtype: Some(1),
+            beacon: BeaconId::Mac(Mac([1; 6])),
+            contactid: None,
+        }
+    }
+
     fn badge_with_button() -> (Alerts, Site) {
         let rule = Rule {
             id: "panic".into(),
@@ -576,14 +588,7 @@ mod tests {
         alerts.set_devices(&[StoredDevice {
             id: 1,
             org: "acme".into(),
-            device: Device {
-                deviceaddress: "5/1/22".into(),
-                deviceid: "5.1.22".into(),
-                label: "Ann".into(),
-                tagtype: Some(1),
-                beacon: BeaconId::Mac(Mac([1; 6])),
-                contactid: None,
-            },
+            device: badge(),
             contact_name: None,
             created: 0,
             updated: 0,
@@ -635,15 +640,7 @@ mod tests {
     fn alerts_the_full_feed_had_no_room_for_go_out_when_it_has() {
         let (dir, store) = crate::store::testing::store_with_org("alerts-feed-full", "acme");
         let (mut alerts, _) = badge_with_button();
-        let device = Device {
-            deviceaddress: "5/1/22".into(),
-            deviceid: "5.1.22".into(),
-            label: "Ann".into(),
-            tagtype: Some(1),
-            beacon: BeaconId::Mac(Mac([1; 6])),
-            contactid: None,
-        };
-        let id = store.create_device("acme", &device).unwrap().id;
+        let id = store.create_device("acme", &badge()).unwrap().id;
         let devices = store.devices(None).unwrap();
         alerts.set_devices(&devices);
         let stats = Arc::new(crate::mqtt::broker::BrokerStats::default());

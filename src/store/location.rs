@@ -540,11 +540,11 @@ impl Store {
             contact_exists(tx, org, contact)?;
             let held = devices_held_by(tx, org, contact)?;
             let mut out = Vec::new();
+            let sql = format!(
+                "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id AND c.archived IS NULL WHERE d.id = ?1"
+            );
             for id in held {
-                let sql = format!(
-                    "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN items c ON c.id = d.contact_id AND c.archived IS NULL WHERE d.id = ?1"
-                );
-                let Some(d) = tx.query_row(&sql, [id], device_from_row).optional()? else { continue };
+                let Some(d) = tx.prepare_cached(&sql)?.query_row([id], device_from_row).optional()? else { continue };
                 let history =
                     location_history_in(tx, id, Some(contact), 0, crate::limits::LOCATION_EXPORT_ROWS_MAX)?;
                 let visits = {

@@ -660,26 +660,33 @@ fn old_location_data_and_alerts_are_purged_at_any_volume() {
     wait_for("the purge logged", || s.stderr().contains("forgot 11990 history rows and 11990 alerts").then_some(()));
 }
 
+/// The service with the MQTT tests' site map, Ann Lee and her badge, which a remote receiver
+/// hears every 100 ms, placed in the office for two seconds: (service, Ann's id, the receiver,
+/// its hearing).
+fn ann_heard_in_the_office(name: &str) -> (Service, i64, crate::mqtt::Mqtt, crate::mqtt::Hearing) {
+    use crate::mqtt::{add_badge, connect, mqtt_addr, mqtt_user};
+    let config = crate::mqtt::site_config("");
+    let s = Service::start_with(name, Options { config: &config, env: vec![] });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "contactid": {ann}"#));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let hearing = crate::mqtt::Hearing::start(&scanner, std::time::Duration::from_millis(100));
+    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    (s, ann, scanner, hearing)
+}
+
 /// Forgetting a contact's location data while her badge is heard leaves nothing from before
 /// the purge: what the location thread decided just before it, written after it in the
 /// once-a-second batch, brought history rows (and visits) from before the purge back.
 #[test]
 fn a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it() {
-    use crate::mqtt::{add_badge, connect, mqtt_addr, mqtt_user};
     use std::time::Duration;
 
-    let config = crate::mqtt::site_config("");
-    let s = Service::start_with(
-        "a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it",
-        Options { config: &config, env: vec![] },
-    );
+    let (s, ann, _scanner, hearing) =
+        ann_heard_in_the_office("a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it");
     let c = s.admin_client();
-    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    add_badge(&c, &format!(r#", "contactid": {ann}"#));
-    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
-    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(100));
-    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
-    std::thread::sleep(Duration::from_secs(2));
     let db = s.dir.join("data/sitegate.db");
     let now_ms = || {
         i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
@@ -710,22 +717,11 @@ fn a_purge_while_the_badge_is_heard_leaves_nothing_from_before_it() {
 /// whose contact was deleted can still be changed.
 #[test]
 fn a_badge_handed_on_keeps_each_holders_history_apart() {
-    use crate::mqtt::{add_badge, connect, mqtt_addr, mqtt_user};
     use std::time::Duration;
 
-    let config = crate::mqtt::site_config("");
-    let s = Service::start_with(
-        "a_badge_handed_on_keeps_each_holders_history_apart",
-        Options { config: &config, env: vec![] },
-    );
+    let (s, ann, _scanner, hearing) = ann_heard_in_the_office("a_badge_handed_on_keeps_each_holders_history_apart");
     let c = s.admin_client();
-    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
     let carl = c.create("contacts", r#"{"firstname": "Carl", "lastname": "Berg"}"#);
-    add_badge(&c, &format!(r#", "contactid": {ann}"#));
-    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
-    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(100));
-    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
-    std::thread::sleep(Duration::from_secs(2));
     let export = |contact: i64| -> (usize, usize) {
         let v = c.get_json(&format!("/contacts/{contact}/locations")).json();
         let devices = v["devices"].as_array().cloned().unwrap_or_default();
