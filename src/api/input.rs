@@ -69,7 +69,10 @@ fn declared_kind(content_type: Option<&str>) -> Option<BodyKind> {
 
 /// Parses a request body; an empty body is an empty object. So is one of white space only,
 /// unless its Content-Type says JSON or XML, which white space alone is not.
-pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Body, ApiError> {
+pub fn parse_body(content_type: Option<&str>, raw: &[u8]) -> Result<Body, ApiError> {
+    // A UTF-8 byte-order mark, which some Windows tools write before JSON and XML, is not
+    // content (a multipart body is read as it came).
+    let body = raw.strip_prefix(UTF8_BOM).unwrap_or(raw);
     let blank = body.iter().all(u8::is_ascii_whitespace);
     if body.is_empty() || (blank && !matches!(declared_kind(content_type), Some(BodyKind::Json) | Some(BodyKind::Xml)))
     {
@@ -77,17 +80,17 @@ pub fn parse_body(content_type: Option<&str>, body: &[u8]) -> Result<Body, ApiEr
     }
     let kind = body_kind(content_type, body);
     let (params, uploads) = match kind {
-        BodyKind::Multipart => parse_multipart(content_type.unwrap_or(""), body)?,
+        BodyKind::Multipart => parse_multipart(content_type.unwrap_or(""), raw)?,
         BodyKind::Form => {
             let (rest, uploads) = take_form_files(body)?;
             let text = std::str::from_utf8(&rest).map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
             (parse_form(text)?, uploads)
         }
-        BodyKind::Json | BodyKind::Xml => {
+        BodyKind::Json => {
             let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
-            let value = if kind == BodyKind::Json { parse_json(text)? } else { parse_xml(text)? };
-            (value, Vec::new())
+            (parse_json(text)?, Vec::new())
         }
+        BodyKind::Xml => (parse_xml(&xml_text(content_type, body)?)?, Vec::new()),
     };
     if !params.is_object() {
         return Err(ApiError::invalid_request("the body must be an object (JSON) or a <request> element (XML)"));
@@ -218,6 +221,49 @@ pub fn parse_form(text: &str) -> Result<Value, ApiError> {
         config.deserialize_str(text).map_err(|e| ApiError::invalid_request(format!("malformed form data: {e}")))?;
     check_shape(&value)?;
     Ok(value)
+}
+
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// An XML body as text: in the encoding its Content-Type's `charset` names, else the one its
+/// XML declaration names (`<?xml version="1.0" encoding="ISO-8859-1"?>`), else UTF-8.
+fn xml_text<'a>(content_type: Option<&str>, body: &'a [u8]) -> Result<std::borrow::Cow<'a, str>, ApiError> {
+    let label = charset(content_type).map(|c| c.as_bytes().to_vec()).or_else(|| declared_encoding(body));
+    let encoding = match label {
+        None => encoding_rs::UTF_8,
+        Some(label) => encoding_rs::Encoding::for_label(&label).ok_or_else(|| {
+            ApiError::invalid_request(format!(
+                "the body's encoding {:?} is not one this service reads",
+                String::from_utf8_lossy(&label)
+            ))
+        })?,
+    };
+    if encoding == encoding_rs::UTF_8 {
+        return std::str::from_utf8(body)
+            .map(std::borrow::Cow::Borrowed)
+            .map_err(|_| ApiError::invalid_request("the body is not UTF-8"));
+    }
+    encoding
+        .decode_without_bom_handling_and_without_replacement(body)
+        .ok_or_else(|| ApiError::invalid_request(format!("the body is not valid {}", encoding.name())))
+}
+
+/// The `charset` parameter of a Content-Type.
+fn charset(content_type: Option<&str>) -> Option<&str> {
+    content_type?.split(';').skip(1).find_map(|p| {
+        let (name, value) = p.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("charset").then(|| value.trim().trim_matches('"'))
+    })
+}
+
+/// The encoding an XML declaration names, read by quick-xml from the first event.
+fn declared_encoding(body: &[u8]) -> Option<Vec<u8>> {
+    let mut reader = quick_xml::Reader::from_reader(body);
+    let mut buf = Vec::new();
+    match reader.read_event_into(&mut buf) {
+        Ok(Event::Decl(decl)) => decl.encoding()?.ok().map(|e| e.as_bytes().to_vec()),
+        _ => None,
+    }
 }
 
 fn parse_xml(text: &str) -> Result<Value, ApiError> {

@@ -293,3 +293,44 @@ fn blanks_around_values_are_trimmed_and_other_white_space_is_kept() {
     let fields = c.get_json(&format!("/contacts/{nbsp}")).json()["item"]["fields"].clone();
     assert_eq!(fields["firstname"], "\u{a0}Bo\u{a0}", "{fields}");
 }
+
+/// Windows tools write a byte-order mark before JSON and XML, and older systems send XML in
+/// the encoding its declaration or Content-Type names: all read as the same text.
+#[test]
+fn bodies_with_a_byte_order_mark_or_another_encoding_are_read() {
+    let s = Service::start("bodies_with_a_byte_order_mark_or_another_encoding_are_read");
+    let c = s.admin_client();
+    let created = |req: Req| -> i64 {
+        let r = c.call(req.json());
+        assert_eq!(r.status, 201, "{}", r.body);
+        r.json()["item"]["id"].as_i64().expect("item id")
+    };
+    let bom_json = created(Req::new("POST", "/contacts").body(JSON, "\u{feff}{\"firstname\": \"Bom\"}"));
+    let bom_xml =
+        created(Req::new("POST", "/contacts").body(XML, "\u{feff}<request><firstname>Bomx</firstname></request>"));
+    // "Zoë" in ISO-8859-1: ë is the one byte 0xEB.
+    let mut latin1 = b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?><request><firstname>Zo".to_vec();
+    latin1.extend_from_slice(b"\xeb</firstname></request>");
+    let declared = created(Req::new("POST", "/contacts").body(XML, latin1));
+    // windows-1252 named by the Content-Type: the euro sign is 0x80 there.
+    let euro =
+        created(Req::new("POST", "/contacts").body(
+            "application/xml; charset=windows-1252",
+            b"<request><firstname>\x80uro</firstname></request>".to_vec(),
+        ));
+    for (id, name) in [(bom_json, "Bom"), (bom_xml, "Bomx"), (declared, "Zoë"), (euro, "€uro")] {
+        let fields = c.get_json(&format!("/contacts/{id}")).json()["item"]["fields"].clone();
+        assert_eq!(fields["firstname"], name, "{fields}");
+    }
+    // An encoding nobody knows, or bytes its encoding does not have, are refused; nothing made.
+    for (ct, body) in [
+        (XML, b"<?xml version=\"1.0\" encoding=\"klingon\"?><request><firstname>x</firstname></request>".to_vec()),
+        ("application/xml; charset=utf-8", b"<request><firstname>\xeb</firstname></request>".to_vec()),
+        ("application/xml; charset=shift_jis", b"<request><firstname>\x81</firstname></request>".to_vec()),
+    ] {
+        let r = c.call(Req::new("POST", "/contacts").body(ct, body).json());
+        assert_eq!(r.status, 400, "{ct}: {}", r.body);
+        assert!(r.json()["errors"]["invalidrequest"].is_string(), "{}", r.body);
+    }
+    assert_eq!(c.list_ids("/contacts").len(), 4);
+}
