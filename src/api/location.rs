@@ -645,7 +645,7 @@ struct ReportData {
     names: Names,
 }
 
-fn report_data(ctx: &Ctx<'_>, q: &TimeQuery) -> Result<ReportData, ApiError> {
+fn report_data(ctx: &Ctx<'_>, site: &Site, q: &TimeQuery) -> Result<ReportData, ApiError> {
     let devices = ctx.app.store.devices(Some(&ctx.viewer.org))?;
     if let Some(a) = &q.deviceaddress
         && !devices.iter().any(|d| &d.device.deviceaddress == a)
@@ -672,6 +672,17 @@ fn report_data(ctx: &Ctx<'_>, q: &TimeQuery) -> Result<ReportData, ApiError> {
     if visits.len() > max as usize {
         return Err(ApiError::report_too_large(max));
     }
+    // A zone since dropped from the site map still has its visits; one neither there nor in
+    // the range's visits is a mistake worth saying.
+    if let Some(z) = q.zone
+        && site.zone(z).is_none()
+        && visits.is_empty()
+    {
+        return Err(ApiError::invalid_parameter(
+            "zoneid",
+            format!("no zone {z} in the site map or in the range's visits"),
+        ));
+    }
     let mut contacts: Vec<i64> =
         visits.iter().filter_map(|v| v.contact_id).chain(devices.iter().filter_map(|d| d.device.contactid)).collect();
     contacts.sort_unstable();
@@ -688,7 +699,7 @@ fn report_data(ctx: &Ctx<'_>, q: &TimeQuery) -> Result<ReportData, ApiError> {
 pub fn timebydevice(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let q = time_query(ctx)?;
     let site = site(ctx).site;
-    let data = report_data(ctx, &q)?;
+    let data = report_data(ctx, &site, &q)?;
     let by_id: HashMap<i64, &StoredDevice> = data.devices.iter().map(|d| (d.id, d)).collect();
     let stays = stays(&q, &data.visits, &by_id);
     // By device and the contact who held it: a badge handed on is one entry per holder.
@@ -726,12 +737,7 @@ pub fn timebydevice(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 pub fn timebyzone(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let q = time_query(ctx)?;
     let site = site(ctx).site;
-    if let Some(z) = q.zone
-        && site.zone(z).is_none()
-    {
-        return Err(ApiError::invalid_parameter("zoneid", format!("no zone {z} in the site map")));
-    }
-    let data = report_data(ctx, &q)?;
+    let data = report_data(ctx, &site, &q)?;
     let by_id: HashMap<i64, &StoredDevice> = data.devices.iter().map(|d| (d.id, d)).collect();
     let stays = stays(&q, &data.visits, &by_id);
     let mut groups: BTreeMap<i64, Vec<&Stay<'_>>> = BTreeMap::new();
@@ -762,7 +768,7 @@ pub fn timebyzone(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 pub fn timesummary(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let q = time_query(ctx)?;
     let site = site(ctx).site;
-    let data = report_data(ctx, &q)?;
+    let data = report_data(ctx, &site, &q)?;
     let by_id: HashMap<i64, &StoredDevice> = data.devices.iter().map(|d| (d.id, d)).collect();
     let stays = stays(&q, &data.visits, &by_id);
     // Minutes per tag type and zone.

@@ -372,6 +372,26 @@ fn replay_into_the_database() {
     }
     let located = c.get_json("/locate").json();
     assert_eq!(located["records"][0]["location"]["zoneid"], 22, "{located}");
+    // A zone dropped from the site map keeps its visits, shown as `zone<id>`, and can still be
+    // asked for; a zone neither in the map nor in the visits is a mistake.
+    let site = std::fs::read_to_string(&config).unwrap();
+    let office = format!("[[zones]]\nid = 22\n{hostile}\nfloor = 100\n");
+    let rx_b = "[[receivers]]\nid = \"rx-b\"\nzone = 22\nposition = \"42.500000,-90.729800\"\nrssi_offset_db = 2\n";
+    assert!(site.contains(&office) && site.contains(rx_b));
+    std::fs::write(&config, site.replace(&office, "").replace(rx_b, "")).unwrap();
+    let out = std::process::Command::new("kill").args(["-HUP", &s.pid().to_string()]).output().unwrap();
+    assert!(out.status.success());
+    wait_for("the office dropped", || {
+        let v = c.post_json("/report/timesummary", r#"{"range": "2025-11-21,2025-11-21"}"#).json();
+        v["timesummary"]["records"][0]["minutesinzone"]["zone22"].as_i64()
+    });
+    let office = c.post_json("/report/timebyzone", &format!(r#"{{"zoneid": 22, {range}}}"#));
+    assert_eq!(office.status, 200, "{}", office.body);
+    assert_eq!(office.json()["timebyzone"]["count"], 1, "{}", office.body);
+    for path in ["/report/timebyzone", "/report/timebydevice"] {
+        let r = c.post_json(path, &format!(r#"{{"zoneid": 99, {range}}}"#));
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+    }
     // Not while the service runs on the database.
     let out = cli_with_config(&config, &["replay", "--trace", trace.to_str().unwrap(), "--store"]);
     assert_eq!(out.status.code(), Some(1), "as for restore: a state of the machine, not a wrong command line");
