@@ -60,6 +60,9 @@ pub const ALERT_REPUBLISH_DELAY_MS: u64 = 5_000;
 
 /// Mistakes of a device list's lines named at once (`sitegate device import`).
 pub const DEVICE_IMPORT_ERRORS_SHOWN_MAX: usize = 50;
+/// The largest device list `sitegate device import` reads (some 150 bytes a device: room for
+/// `LOCATION_DEVICES_MAX` devices with long labels).
+pub const DEVICE_IMPORT_BYTES_MAX: u64 = 64 << 20;
 
 /// Items a field's index is filled with in one write, when a "starts with" search on the
 /// field is first made (other writes go between two such writes; 5,000 contacts: about 80 ms).

@@ -472,7 +472,7 @@ fn replay_devices(
                 .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?;
             let devices =
                 location::devices::read_csv(file).map_err(|e| Failure::Data(format!("{}: {e}", path.display())))?;
-            (location::devices::Registry::new((0..).zip(devices).collect()), None)
+            (location::devices::Registry::new((0..).zip(devices.into_iter().map(|(_, d)| d)).collect()), None)
         }
         None => {
             no_database(config)?;

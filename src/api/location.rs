@@ -70,7 +70,8 @@ fn device_out(ctx: &Ctx<'_>, site: &Site, d: &StoredDevice) -> Out {
             Out::text(d.device.tagtype.and_then(|t| site.tag_type(t)).map(|t| t.title.clone()).unwrap_or_default()),
         )
         .with("beacon", Out::text(d.device.beacon.to_string()))
-        .with("contactid", opt_int(d.device.contactid))
+        // A contact deleted since it was assigned is no one, as in the list.
+        .with("contactid", opt_int(d.device.contactid.filter(|_| d.contact_name.is_some())))
         .with("contactname", opt_text(d.contact_name.clone()))
         .with("lastseen", Out::text(s.last_seen_ms.map(|t| local_ms(t, tz(ctx))).unwrap_or_default()))
         .with("battery", Out::text(if s.battery_mv.is_some() { battery_text(s.battery_mv) } else { String::new() }))

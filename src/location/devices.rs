@@ -1,6 +1,7 @@
 //! Tracked devices (tags) and how an advert is matched to one.
 
 use std::collections::HashMap;
+use std::io::Read;
 
 use super::beacon::{Advert, BeaconId, Frame, Mac, frames};
 use crate::limits;
@@ -54,14 +55,32 @@ pub fn default_deviceid(address: &str) -> String {
 
 /// Reads devices from CSV with the header
 /// `deviceaddress,deviceid,label,tagtype,beacon,contactid` (deviceid, tagtype and contactid may
-/// be empty). Errors name the line.
-pub fn read_csv(input: impl std::io::Read) -> Result<Vec<Device>, String> {
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(input);
-    let headers = reader.headers().map_err(|e| format!("the header line: {e}"))?.clone();
+/// be empty; column names in any case). Each device comes with its line in the file (of its
+/// first line, for a quoted value over several); errors name the line.
+pub fn read_csv(input: impl std::io::Read) -> Result<Vec<(u64, Device)>, String> {
+    let max = limits::DEVICE_IMPORT_BYTES_MAX;
+    let mut text = Vec::new();
+    input.take(max + 1).read_to_end(&mut text).map_err(|e| format!("cannot read it: {e}"))?;
+    if text.len() as u64 > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    // A record's line: the csv reader's position is where it began to look, before the blank
+    // lines it skipped.
+    let line_of = |byte: u64| -> u64 {
+        let start = (byte as usize).min(text.len());
+        let blank = text[start..].iter().take_while(|b| matches!(b, b'\n' | b'\r')).count();
+        1 + text[..start + blank].iter().filter(|b| **b == b'\n').count() as u64
+    };
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_slice());
+    let headers: Vec<String> =
+        reader.headers().map_err(|e| format!("the header line: {e}"))?.iter().map(str::to_ascii_lowercase).collect();
     let column = |name: &str| headers.iter().position(|h| h == name);
     const COLUMNS: [&str; 6] = ["deviceaddress", "deviceid", "label", "tagtype", "beacon", "contactid"];
-    if let Some(unknown) = headers.iter().find(|h| !COLUMNS.contains(h)) {
+    if let Some(unknown) = headers.iter().find(|h| !COLUMNS.contains(&h.as_str())) {
         return Err(format!("the header line: unknown column {unknown:?} (columns: {})", COLUMNS.join(",")));
+    }
+    if let Some(twice) = headers.iter().enumerate().find(|(i, h)| headers[..*i].contains(h)).map(|(_, h)| h) {
+        return Err(format!("the header line: column {twice:?} twice"));
     }
     let (Some(address), Some(beacon)) = (column("deviceaddress"), column("beacon")) else {
         return Err("the header line must name at least deviceaddress and beacon".into());
@@ -72,13 +91,18 @@ pub fn read_csv(input: impl std::io::Read) -> Result<Vec<Device>, String> {
     // Every line's mistakes at once: fixing a file of hundreds one run at a time is slow.
     let mut errors = Vec::new();
     for (i, record) in reader.records().enumerate() {
-        let line = i + 2;
+        // The line in the file: blank lines and quoted line breaks count too.
+        let position = match &record {
+            Ok(r) => r.position(),
+            Err(e) => e.position(),
+        };
+        let line = position.map_or(i as u64 + 2, |p| line_of(p.byte()));
         if i >= limits::LOCATION_DEVICES_MAX {
             errors.push(format!("line {line}: more than {} devices", limits::LOCATION_DEVICES_MAX));
             break;
         }
         match read_row(record, line, address, beacon, (deviceid, label, tagtype, contactid)) {
-            Ok(device) => out.push(device),
+            Ok(device) => out.push((line, device)),
             Err(e) => errors.push(e),
         }
     }
@@ -99,7 +123,7 @@ pub fn line_errors(errors: &[String]) -> String {
 /// One line of a device list (`line`: its number in the file).
 fn read_row(
     record: Result<csv::StringRecord, csv::Error>,
-    line: usize,
+    line: u64,
     address: usize,
     beacon: usize,
     (deviceid, label, tagtype, contactid): (Option<usize>, Option<usize>, Option<usize>, Option<usize>),
@@ -187,9 +211,11 @@ impl Registry {
 
     /// Replaces the devices; known keys keep their slots.
     pub fn reload(&mut self, devices: Vec<(i64, Device)>) -> Reloaded {
-        self.slots.iter_mut().for_each(|s| *s = None);
+        // TLM frames carry no identity: a MAC's pairing with its Eddystone-UID stays while its
+        // slot holds the same beacon (else a tag's battery went unheard after every change to
+        // any device, until its next UID frame).
+        let old_beacons: Vec<Option<BeaconId>> = self.slots.iter_mut().map(|s| s.take().map(|d| d.beacon)).collect();
         self.by_beacon.clear();
-        self.uid_macs.clear();
         let present: std::collections::HashSet<i64> = devices.iter().map(|(k, _)| *k).collect();
         let mut freed: Vec<usize> = Vec::new();
         self.slot_of_key.retain(|key, slot| {
@@ -224,6 +250,11 @@ impl Registry {
             self.slots[slot] = Some(device);
         }
         self.free.extend_from_slice(&freed);
+        let slots = &self.slots;
+        self.uid_macs.retain(|_, slot| {
+            let now = slots.get(*slot).and_then(Option::as_ref).map(|d| &d.beacon);
+            now.is_some() && now == old_beacons.get(*slot).and_then(Option::as_ref)
+        });
         Reloaded { freed, skipped }
     }
 
@@ -286,7 +317,7 @@ mod tests {
         let text = "deviceaddress,deviceid,label,tagtype,beacon,contactid\n\
                     5/1/22,,Badge 22,1,ibeacon:f7826da6-4fa2-4e98-8024-bc5b71e0893e/5/22,\n\
                     5/1/23,tag-23,\"Badge, 23\",,mac:AA:BB:CC:DD:EE:23,7\n";
-        let d = read_csv(text.as_bytes()).unwrap();
+        let d: Vec<Device> = read_csv(text.as_bytes()).unwrap().into_iter().map(|(_, d)| d).collect();
         assert_eq!(d.len(), 2);
         assert_eq!((d[0].deviceid.as_str(), d[0].tagtype, d[0].contactid), ("5.1.22", Some(1), None));
         assert_eq!((d[1].label.as_str(), d[1].contactid), ("Badge, 23", Some(7)));
@@ -310,6 +341,24 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.lines().count(), 2, "{err}");
         assert!(err.starts_with("line 3: deviceaddress") && err.contains("\nline 4: beacon"), "{err}");
+        // Lines are the file's: blank lines and a quoted line break count. Column names in any
+        // case; a column named twice is refused.
+        let err = read_csv(
+            "DeviceAddress,Beacon,label\n\n5/1/1,mac:AA:BB:CC:DD:EE:01,\"two\nlines\"\n\n5/1/2,mac:zz,\n".as_bytes(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "line 6: beacon \"mac:zz\" is not ibeacon:UUID/MAJOR/MINOR, eddystone:NAMESPACE/INSTANCE or mac:AA:BB:CC:DD:EE:FF"
+        );
+        let ok = read_csv(
+            "deviceaddress,beacon\r\n\r\n\r\n5/1/1,mac:AA:BB:CC:DD:EE:01\r\n\r\n5/1/2,mac:AA:BB:CC:DD:EE:02\r\n5/1/3,mac:AA:BB:CC:DD:EE:03"
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(ok.iter().map(|(line, _)| *line).collect::<Vec<_>>(), [4, 6, 7]);
+        let err = read_csv("deviceaddress,beacon,beacon\n5/1/1,mac:AA:BB:CC:DD:EE:01,x\n".as_bytes()).unwrap_err();
+        assert_eq!(err, "the header line: column \"beacon\" twice");
     }
 
     #[test]
@@ -345,9 +394,17 @@ mod tests {
             Some(Identified { device: 0, battery_mv: None })
         );
         assert_eq!(
-            r.identify(&advert(mac, vec![(0xfeaa, tlm)])),
+            r.identify(&advert(mac, vec![(0xfeaa, tlm.clone())])),
             Some(Identified { device: 0, battery_mv: Some(3000) })
         );
+        // A change to another device keeps the pairing; a change of this device's beacon ends it.
+        let other = (20, device("1/1/2", BeaconId::parse("mac:AA:BB:CC:DD:EE:02").unwrap()));
+        r.reload(vec![(10, device("1/1/1", uid)), other.clone()]);
+        assert_eq!(r.identify(&advert(mac, vec![(0xfeaa, tlm.clone())])).map(|i| i.device), Some(0));
+        let uid2 = BeaconId::parse("eddystone:edd5f3b6f0e1a40c9b2a/000102030406").unwrap();
+        r.reload(vec![(10, device("1/1/1", uid2)), other.clone()]);
+        assert_eq!(r.identify(&advert(mac, vec![(0xfeaa, tlm)])), None);
+        r.reload(vec![(10, device("1/1/1", uid)), other]);
         let mac2 = Mac([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x02]);
         assert_eq!(r.identify(&advert(mac2, vec![])).map(|i| i.device), Some(1));
         assert_eq!(r.identify(&advert(Mac([9; 6]), vec![])), None);

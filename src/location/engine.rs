@@ -572,7 +572,10 @@ impl Engine {
                 }
             }
             Some(zone) => {
-                let dark = self.zone_receivers[zone].iter().all(|&r| !self.receiver_alive(r, t_ms));
+                // A zone without receivers (a reload took its last one away) is not dark: it
+                // holds nobody on the strength of what it once heard.
+                let receivers = &self.zone_receivers[zone];
+                let dark = !receivers.is_empty() && receivers.iter().all(|&r| !self.receiver_alive(r, t_ms));
                 let current_signal = match self.zone_signal[zone] {
                     Some(s) => {
                         self.devices[device].zone_last_signal = Some(s);
@@ -583,7 +586,9 @@ impl Engine {
                         // may have a dead receiver, or nobody left near it.
                         let last_heard =
                             self.zone_receivers[zone].iter().filter_map(|&r| self.receiver_last_ms[r]).max();
-                        let dark_s = last_heard.map_or(0, |t| (t_ms - t).max(0)) as f64 / 1000.0;
+                        // Receivers not heard since the start are dark since the device's stay.
+                        let since = last_heard.unwrap_or(self.devices[device].zone_since_ms);
+                        let dark_s = (t_ms - since).max(0) as f64 / 1000.0;
                         let penalty = (DARK_PENALTY_DB + DARK_PENALTY_DB_PER_S * dark_s).min(DARK_PENALTY_MAX_DB);
                         self.devices[device].zone_last_signal.map(|s| s - penalty)
                     }
@@ -932,6 +937,32 @@ mod tests {
         assert_eq!(d.len(), 3, "{d:?}");
         assert_eq!((d[1].1, d[1].2, d[2].1, d[2].2), ("exit", 0, "enter", 1));
         assert!(d[2].0 < 90_000, "within a minute or so of the silence: {d:?}");
+    }
+
+    /// A reload moves zone 1's only receiver to zone 2: the device it hears goes with it.
+    #[test]
+    fn a_zone_left_without_receivers_lets_go_of_its_devices() {
+        let mut old = Engine::new(&site(), EngineSettings::default());
+        let mut out = Vec::new();
+        feed(&mut old, &mut out, 0, 10_000, [-60, -127, -127]);
+        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+        let zone = |id: i64| RawZone {
+            id,
+            name: format!("Z{id}"),
+            floor: 1,
+            transit: false,
+            adjacent: Vec::new(),
+            fingerprints: Vec::new(),
+        };
+        let moved = site_of(&[zone(1), zone(2), zone(3)], &[rx("a", 2), rx("b", 2), rx("c", 3)]);
+        let mut e = Engine::new(&moved, EngineSettings::default());
+        let same = [Some(0), Some(1), Some(2)];
+        assert_eq!(e.carry(&old, &same, &same), [(0, 0)]);
+        out.clear();
+        feed(&mut e, &mut out, 10_000, 40_000, [-60, -127, -127]);
+        let d = decisions(&out);
+        assert_eq!(d.iter().map(|(_, e, z)| (*e, *z)).collect::<Vec<_>>(), [("exit", 0), ("enter", 1)], "{d:?}");
+        assert!(d[1].0 <= 20_000, "switched at {} ms", d[1].0);
     }
 
     #[test]

@@ -57,7 +57,8 @@ impl From<&StoredDevice> for FeedDevice {
         FeedDevice {
             org: d.org.clone(),
             deviceid: d.device.deviceid.clone(),
-            contact_id: d.device.contactid,
+            // A contact deleted since it was assigned is no one (its name is not read).
+            contact_id: d.device.contactid.filter(|_| d.contact_name.is_some()),
             contact_name: d.contact_name.clone(),
             battery_mv: d.status.battery_mv,
             zone_since_ms: d.status.zone_since_ms,

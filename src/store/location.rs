@@ -205,22 +205,20 @@ impl Store {
         self.device(Some(org), id)
     }
 
-    /// Several devices in one transaction: all or none. A refusal names the device's line of
-    /// a CSV file (the first device is on line 2, below the header).
-    /// Devices of a file (the first on its line 2), all or none; `check` says what is wrong
-    /// with one besides what the store checks (a tag type the site map lacks).
+    /// Devices of a file, each with its line there, all or none: a refusal names the lines.
+    /// `check` says what is wrong with one besides what the store checks (a tag type the site
+    /// map lacks).
     pub fn import_devices(
         &self,
         org: &str,
-        devices: &[Device],
+        devices: &[(u64, Device)],
         check: impl Fn(&Device) -> std::result::Result<(), String>,
     ) -> Result<usize> {
         self.write(|tx| {
             let now = now_secs();
             // Every line that cannot go in is named; then none goes in.
             let mut refused = Vec::new();
-            for (i, d) in devices.iter().enumerate() {
-                let line = i + 2;
+            for (line, d) in devices {
                 if let Err(m) = check(d) {
                     refused.push(format!("line {line}: {m}"));
                     continue;

@@ -384,4 +384,19 @@ WHEN OLD.contact_id IS NOT NEW.contact_id BEGIN
         WHERE device_id = NEW.id AND exit_ms IS NULL AND contact_id IS NOT NEW.contact_id;
 END;
 "#,
+    // 16: a contact with a device deleted (archived), restored or erased bumps the devices'
+    // version too, as a rename does (9): the feed then says at once that the device has no
+    // contact, or has it again. Before, it named the deleted contact for up to a minute.
+    r#"
+CREATE TRIGGER device_contacts_archived AFTER UPDATE OF archived ON items
+WHEN NEW.typeid = 1 AND NEW.archived IS NOT OLD.archived AND EXISTS (SELECT 1 FROM devices WHERE contact_id = NEW.id)
+BEGIN
+    UPDATE devices_version SET version = version + 1 WHERE id = 1;
+END;
+CREATE TRIGGER device_contacts_removed AFTER DELETE ON items
+WHEN OLD.typeid = 1 AND EXISTS (SELECT 1 FROM devices WHERE contact_id = OLD.id)
+BEGIN
+    UPDATE devices_version SET version = version + 1 WHERE id = 1;
+END;
+"#,
 ];

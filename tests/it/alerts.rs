@@ -559,6 +559,18 @@ fn an_alarm_names_the_contact_as_she_is_called_now() {
     report_until(&scanner, &c, true, "Alarm", 1);
     let tickets = c.get_json("/tickets").body;
     assert!(tickets.contains("Alarm: Alarm button pressed (Anna Berg)"), "{tickets}");
+    // Deleted, she is no one's: on the feed at once, and on the device as in the list.
+    c.delete(&format!("/contacts/{ann}")).assert_status(200);
+    wait_for("no contact on the feed", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        let p = app.next_publish(Duration::from_millis(300))?;
+        let data: Value = serde_json::from_slice(&p.payload).ok()?;
+        (data["contactId"].is_null() && data["contactName"].is_null()).then_some(())
+    });
+    let device = c.get_json("/devices").json()["devices"][0].clone();
+    assert!(device["contactid"].is_null(), "{device}");
+    let shown = c.get_json(&format!("/devices/{}", device["id"])).json();
+    assert!(shown["device"]["contactid"].is_null(), "{shown}");
 }
 
 /// A battery still low when its rule fires again (every `repeat_s`) raises the alert again but

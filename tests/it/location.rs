@@ -131,13 +131,14 @@ fn devices_from_the_command_line() {
     // All or none: a file with one bad line (a duplicate) imports nothing.
     std::fs::write(
         &csv,
-        "deviceaddress,beacon\n8/1/1,mac:AA:BB:CC:DD:EE:81\n8/1/2,ibeacon:f7826da6-4fa2-4e98-8024-bc5b71e0893e/7/5\n",
+        "deviceaddress,beacon\n8/1/1,mac:AA:BB:CC:DD:EE:81\n\n8/1/2,ibeacon:f7826da6-4fa2-4e98-8024-bc5b71e0893e/7/5\n",
     )
     .unwrap();
     let out = s.cli(&["device", "import", csv.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(65), "{err}");
-    assert!(err.contains("line 3: a device with beacon") && err.contains("nothing imported"), "{err}");
+    // The line in the file, blank lines counted.
+    assert!(err.contains("line 4: a device with beacon") && err.contains("nothing imported"), "{err}");
     // Every line that cannot go in is named in one run, whatever is wrong with it.
     std::fs::write(
         &csv,
