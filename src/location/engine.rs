@@ -22,8 +22,8 @@
 //! are all silent (no advert from any device, registered or not: the receiver, not the tag,
 //! may be gone), the device is held where it is, less firmly the longer they stay silent. No reading from the device for `away_timeout_ms`: it has left
 //! (exit, no zone). A device in a zone is decided on at most every `DECIDE_INTERVAL_MS`
-//! (several receivers report one advert within tens of milliseconds); one without a zone at
-//! its first reading.
+//! (several receivers report one advert within tens of milliseconds); one without a zone once
+//! it has been heard for `ARRIVAL_SETTLE_MS`, on what every receiver heard of it by then.
 //!
 //! Fingerprints: when every zone of the site map has survey fingerprints (`sitegate survey`),
 //! a zone's signal is instead how well what all receivers hear of the device matches the
@@ -82,6 +82,9 @@ const FULL_EVIDENCE_WEIGHT: f64 = 2.0;
 /// graph; 1.5 with it on the tune traces: 3.2 -> 3.5 false switches per hour, median delay 5.3
 /// -> 5.0 s).
 const TRANSIT_HYSTERESIS_FACTOR: f64 = 1.5;
+/// A device that has no zone is placed once it has been heard for this long, on what all
+/// receivers heard of it by then.
+const ARRIVAL_SETTLE_MS: i64 = 1_000;
 /// Evidence is integrated over at most this much time between two evaluations.
 const STEP_CAP_MS: i64 = 2_000;
 /// A device in a zone is decided on again at most this often: the receivers that hear one
@@ -561,8 +564,16 @@ impl Engine {
         let current = self.devices[device].zone;
         match current {
             None => {
+                // Until it has been heard for a moment (`last_eval_ms` is its first reading
+                // while it has no zone): the receivers' copies of its first adverts arrive
+                // one by one, and the first of them, a far receiver's weak one as likely as
+                // any, placed it in a zone it never was in, with an `enter` alert.
+                if t_ms - self.devices[device].last_eval_ms < ARRIVAL_SETTLE_MS {
+                    return;
+                }
                 if let Some((zone, signal)) = best {
                     let state = &mut self.devices[device];
+                    state.last_eval_ms = t_ms;
                     state.zone = Some(zone);
                     state.zone_since_ms = t_ms;
                     state.zone_last_signal = Some(signal);
@@ -761,7 +772,7 @@ mod tests {
         let mut e = Engine::new(&site(), EngineSettings::default());
         let mut out = Vec::new();
         feed(&mut e, &mut out, 0, 10_000, [-60, -75, -127]);
-        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+        assert_eq!(decisions(&out), [(ARRIVAL_SETTLE_MS, "enter", 0)]);
         // A lead of 2 dB for a minute: within the hysteresis, no switch.
         feed(&mut e, &mut out, 10_000, 70_000, [-70, -68, -127]);
         assert_eq!(decisions(&out).len(), 1);
@@ -789,9 +800,13 @@ mod tests {
         }
         e.reading(10_020 + DECIDE_INTERVAL_MS, 0, 1, -75, &mut out);
         assert_eq!(e.devices[0].last_eval_ms, 10_020 + DECIDE_INTERVAL_MS);
-        // A device without a zone is placed on its first report.
+        // A device without a zone is placed once it has been heard for a moment.
+        let placed = decisions(&out).len();
         e.reading(10_300, 1, 1, -60, &mut out);
-        assert_eq!(decisions(&out).last(), Some(&(10_300, "enter", 1)));
+        e.reading(10_300 + ARRIVAL_SETTLE_MS - 1, 1, 1, -60, &mut out);
+        assert_eq!(decisions(&out).len(), placed);
+        e.reading(10_300 + ARRIVAL_SETTLE_MS, 1, 1, -60, &mut out);
+        assert_eq!(decisions(&out).last(), Some(&(10_300 + ARRIVAL_SETTLE_MS, "enter", 1)));
     }
 
     #[test]
@@ -853,16 +868,16 @@ mod tests {
         let mut out = Vec::new();
         feed(&mut e, &mut out, 0, 5_000, [-127, -127, -60]);
         feed(&mut e, &mut out, 5_000, 5_000 + away + 1_000, [-127, -127, -127]);
-        assert_eq!(decisions(&out), [(0, "enter", 2), (4_500 + away, "exit", 2)]);
+        assert_eq!(decisions(&out), [(ARRIVAL_SETTLE_MS, "enter", 2), (4_500 + away, "exit", 2)]);
         out.clear();
-        feed(&mut e, &mut out, 100_000, 101_000, [-65, -127, -127]);
-        assert_eq!(decisions(&out), [(100_000, "enter", 0)]);
+        feed(&mut e, &mut out, 100_000, 101_500, [-65, -127, -127]);
+        assert_eq!(decisions(&out), [(100_000 + ARRIVAL_SETTLE_MS, "enter", 0)]);
     }
 
     /// Seeded at start where the last run had it: the first adverts, heard first by another
-    /// zone's receiver, do not move it (a fresh engine enters that zone at once); its own
-    /// zone heard after, it stays; not heard for the away timeout from its last time, it
-    /// leaves.
+    /// zone's receiver, do not move it (a fresh engine waits a moment, then enters the
+    /// stronger zone); its own zone heard after, it stays; not heard for the away timeout
+    /// from its last time, it leaves.
     #[test]
     fn a_device_seeded_at_start_stays_until_another_zone_wins() {
         let settings = EngineSettings::default();
@@ -875,7 +890,8 @@ mod tests {
             e.reading(10_000, 0, 1, -70, out);
             feed(e, out, 10_500, 20_000, [-60, -75, -127]);
         }
-        assert_eq!(decisions(&fresh_out)[0], (10_000, "enter", 1));
+        // (Before it waited, the fresh engine entered zone 2, heard first, and left it soon.)
+        assert_eq!(decisions(&fresh_out)[0], (10_000 + ARRIVAL_SETTLE_MS, "enter", 0));
         assert_eq!(decisions(&out), []);
         assert!(out.iter().any(|o| matches!(o, Output::Update(u) if u.zone == 0)), "location updates in zone 0");
         // Silent from 19,500 on: it leaves at the away timeout.
@@ -923,7 +939,7 @@ mod tests {
         feed(&mut e, &mut out, 0, 10_000, [-60, -80, -127]);
         // Receiver "a" dies: the device is heard only, weakly, by "b" for two minutes.
         feed(&mut e, &mut out, 10_000, 130_000, [-127, -80, -127]);
-        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+        assert_eq!(decisions(&out), [(ARRIVAL_SETTLE_MS, "enter", 0)]);
     }
 
     #[test]
@@ -945,7 +961,7 @@ mod tests {
         let mut old = Engine::new(&site(), EngineSettings::default());
         let mut out = Vec::new();
         feed(&mut old, &mut out, 0, 10_000, [-60, -127, -127]);
-        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+        assert_eq!(decisions(&out), [(ARRIVAL_SETTLE_MS, "enter", 0)]);
         let zone = |id: i64| RawZone {
             id,
             name: format!("Z{id}"),
@@ -1001,7 +1017,7 @@ mod tests {
         let mut e = Engine::new(&fingerprinted_site(), EngineSettings::default());
         let mut out = Vec::new();
         feed(&mut e, &mut out, 0, 10_000, [-61, -84, -127]);
-        assert_eq!(decisions(&out), [(0, "enter", 0)]);
+        assert_eq!(decisions(&out), [(ARRIVAL_SETTLE_MS, "enter", 0)]);
         // Between the two: "b" is the stronger, but the signals are zone 3's fingerprint.
         out.clear();
         feed(&mut e, &mut out, 10_000, 40_000, [-75, -71, -127]);

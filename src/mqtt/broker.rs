@@ -504,7 +504,9 @@ impl Handler for HookHandler {
                             false,
                         ));
                         match h.ingest.publish(&p.org, &publish.topic, &publish.payload, crate::timefmt::now_ms()) {
-                            Ok(_) | Err(IngestError::NotIngest) => {}
+                            Ok(_) => {}
+                            // ESPresense nodes also publish their rooms' telemetry and settings.
+                            Err(IngestError::NotIngest) if publish.topic.starts_with("espresense/") => {}
                             Err(e) => {
                                 h.ingest.rejected.fetch_add(1, Ordering::Relaxed);
                                 log::debug!("mqtt: {:?} on {:?} not taken: {e:?}", session.id.client_id, publish.topic);

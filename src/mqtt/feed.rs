@@ -271,7 +271,7 @@ impl Feed {
         for (id, state, t_ms) in states {
             let Some(d) = self.devices.get(&id).filter(|_| which(id)) else { continue };
             // An alarm state says again which alarm (its alert holds the text).
-            let alarm = if state == STATE_ALARM { store.alert_text_at(id, t_ms).ok().flatten() } else { None };
+            let alarm = if state == STATE_ALARM { store.alarm_text_at(id, t_ms).ok().flatten() } else { None };
             let msg = state_message(d, &state, alarm.as_deref(), t_ms, &self.tz);
             self.send(topic(d, "state"), &msg, true);
             self.note(id, &state);
@@ -350,13 +350,18 @@ impl Feed {
     /// stored (in one write) so that a restart can publish them again.
     pub fn batch(&mut self, store: &Store, site: &Site, events: &[LocationEvent], now_ms: i64) {
         let mut last_zone_event: HashMap<i64, (bool, i64)> = HashMap::new();
+        // The batch's battery reports first: its data messages carry the battery it reported
+        // (a report without a reading, 0 mV, leaves the last one, as the store does).
+        for e in events {
+            if let LocationEvent::Battery { device_id, mv: Some(mv), .. } = e
+                && let Some(d) = self.devices.get_mut(device_id)
+            {
+                d.battery_mv = Some(i64::from(*mv));
+            }
+        }
         for e in events {
             match e {
-                LocationEvent::Battery { device_id, mv, .. } => {
-                    if let Some(d) = self.devices.get_mut(device_id) {
-                        d.battery_mv = mv.map(i64::from);
-                    }
-                }
+                LocationEvent::Battery { .. } => {}
                 LocationEvent::Enter { device_id, t_ms, .. } => {
                     if let Some(d) = self.devices.get_mut(device_id) {
                         d.zone_since_ms = Some(*t_ms);
@@ -570,6 +575,56 @@ mod tests {
         assert_eq!(last.get("o/1.1.2/state").map(String::as_str), Some(STATE_OFFLINE), "{last:?}");
         let stored: Vec<(i64, String)> = store.device_states().unwrap().into_iter().map(|(id, s, _)| (id, s)).collect();
         assert_eq!(stored, vec![(kept, STATE_ONLINE.to_string()), (away, STATE_OFFLINE.to_string())]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A tag's first adverts carry its battery: the data message of that moment says it (the
+    /// engine's events come before the battery reports of their batch).
+    #[test]
+    fn a_data_message_carries_the_battery_reported_with_it() {
+        let (dir, store) = crate::store::testing::store_with_org("feed-battery", "o");
+        let device = Device {
+            deviceaddress: "1/1/1".into(),
+            deviceid: "1.1.1".into(),
+            label: String::new(),
+            tagtype: None,
+            beacon: BeaconId::Mac(Mac([0, 0, 0, 0, 0, 1])),
+            contactid: None,
+        };
+        let id = store.create_device("o", &device).unwrap().id;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let mut feed = Feed::new(tx, jiff::tz::TimeZone::UTC, Arc::new(BrokerStats::default()));
+        feed.set_devices(&store, &store.devices(None).unwrap());
+        let update = |t_ms| LocationEvent::Update {
+            device_id: id,
+            t_ms,
+            zone_id: 21,
+            lat: 42.5,
+            lon: -90.7,
+            receiver: "rx-a".into(),
+            rssi: -60.0,
+        };
+        let events = [
+            LocationEvent::Enter { device_id: id, t_ms: 1_000, zone_id: 21 },
+            update(1_000),
+            LocationEvent::Battery { device_id: id, t_ms: 1_000, mv: Some(2_500) },
+        ];
+        feed.batch(&store, &Site::default(), &events, 1_000);
+        // A later report without a reading leaves the last one.
+        feed.batch(
+            &store,
+            &Site::default(),
+            &[update(2_000), LocationEvent::Battery { device_id: id, t_ms: 2_000, mv: None }],
+            2_000,
+        );
+        let mut volts = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            if m.topic == "o/1.1.1/data" {
+                let v: Value = serde_json::from_slice(&m.payload).unwrap();
+                volts.push(v["data"]["batteryVoltage"]["value"].clone());
+            }
+        }
+        assert_eq!(volts, [json!("2.50"), json!("2.50")]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -39,6 +39,10 @@ pub enum IngestError {
     TooManyLines,
 }
 
+/// The signal strengths a receiver can report.
+const RSSI_MIN_DBM: i16 = -127;
+const RSSI_MAX_DBM: i16 = 20;
+
 /// The adverts of one `.../adverts` message, in the sender's order, stamped `now_ms`.
 pub fn parse_adverts(receiver: &Arc<str>, payload: &[u8], now_ms: i64) -> Result<Vec<Advert>, IngestError> {
     let text = std::str::from_utf8(payload).map_err(|_| IngestError::Malformed("not UTF-8".into()))?;
@@ -50,7 +54,12 @@ pub fn parse_adverts(receiver: &Arc<str>, payload: &[u8], now_ms: i64) -> Result
         let bad = |why: String| IngestError::Malformed(format!("line {}: {why}", n + 1));
         // The topic's receiver wins over a `receiver` key; the arrival time over `t_ms`.
         let l = Line::parse(line.trim()).map_err(bad)?;
-        out.push((l.t_ms.unwrap_or(0), l.advert(now_ms, receiver.clone()).map_err(bad)?));
+        let advert = l.advert(now_ms, receiver.clone()).map_err(bad)?;
+        // What a radio can report, as for ESPresense's reports.
+        if !(RSSI_MIN_DBM..=RSSI_MAX_DBM).contains(&advert.rssi) {
+            return Err(bad(format!("rssi {} out of range ({RSSI_MIN_DBM} to {RSSI_MAX_DBM} dBm)", advert.rssi)));
+        }
+        out.push((l.t_ms.unwrap_or(0), advert));
     }
     out.sort_by_key(|(t, _)| *t);
     Ok(out.into_iter().map(|(_, a)| a).collect())
@@ -59,7 +68,7 @@ pub fn parse_adverts(receiver: &Arc<str>, payload: &[u8], now_ms: i64) -> Result
 /// An ESPresense report as an advert (`id` and `room` from the topic).
 pub fn parse_espresense(id: &str, receiver: &Arc<str>, payload: &[u8], now_ms: i64) -> Result<Advert, IngestError> {
     let r: EspresenseReport<'_> = serde_json::from_slice(payload).map_err(|e| IngestError::Malformed(e.to_string()))?;
-    if !(-127.0..=20.0).contains(&r.rssi) {
+    if !(f64::from(RSSI_MIN_DBM)..=f64::from(RSSI_MAX_DBM)).contains(&r.rssi) {
         return Err(IngestError::Malformed(format!("rssi {} out of range", r.rssi)));
     }
     let rssi = r.rssi.round() as i16;
@@ -196,6 +205,9 @@ mod tests {
         assert_eq!(a[0].mfg, vec![(0x004c, vec![0x02, 0x15])]);
         assert!(
             matches!(parse_adverts(&rx, b"{\"mac\":\"nope\",\"rssi\":1}", 0), Err(IngestError::Malformed(m)) if m.contains("line 1"))
+        );
+        assert!(
+            matches!(parse_adverts(&rx, b"{\"mac\":\"AA:BB:CC:DD:EE:01\",\"rssi\":500}", 0), Err(IngestError::Malformed(m)) if m.contains("rssi 500 out of range"))
         );
         assert!(matches!(parse_adverts(&rx, b"\xff", 0), Err(IngestError::Malformed(_))));
         let many =

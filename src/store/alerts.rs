@@ -258,7 +258,7 @@ impl Store {
         self.read(|tx| {
             let mut stmt = tx.prepare_cached(
                 "SELECT DISTINCT device_id FROM alerts INDEXED BY alerts_open_alarms
-                 WHERE channel = 'alarm' AND acked_ms IS NULL",
+                 WHERE channel = 'alarm' AND acked_ms IS NULL AND type <> 'Monitor'",
             )?;
             let rows = stmt.query_map([], |r| r.get(0))?;
             Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -280,18 +280,23 @@ impl Store {
             Ok(tx
                 .prepare_cached(
                     "SELECT text, t_ms FROM alerts INDEXED BY alerts_open_alarms
-                     WHERE device_id = ?1 AND channel = 'alarm' AND acked_ms IS NULL ORDER BY id DESC LIMIT 1",
+                     WHERE device_id = ?1 AND channel = 'alarm' AND acked_ms IS NULL AND type <> 'Monitor'
+                     ORDER BY id DESC LIMIT 1",
                 )?
                 .query_row([device_id], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?)
         })
     }
 
-    /// The text of the alert a device's state began with (an alarm's rule text), if any.
-    pub fn alert_text_at(&self, device_id: i64, t_ms: i64) -> Result<Option<String>> {
+    /// The text of the alarm a device's `alarm` state began with, if any (not that of an
+    /// `enter` alert raised in the same moment).
+    pub fn alarm_text_at(&self, device_id: i64, t_ms: i64) -> Result<Option<String>> {
         self.read(|tx| {
             Ok(tx
-                .prepare_cached("SELECT text FROM alerts WHERE device_id = ?1 AND t_ms = ?2 ORDER BY id DESC LIMIT 1")?
+                .prepare_cached(
+                    "SELECT text FROM alerts WHERE device_id = ?1 AND t_ms = ?2 AND channel = 'alarm' AND type <> 'Monitor'
+                     ORDER BY id DESC LIMIT 1",
+                )?
                 .query_row((device_id, t_ms), |r| r.get(0))
                 .optional()?)
         })
@@ -384,6 +389,24 @@ mod tests {
         assert_eq!(severe[0].id, alarm);
         assert!(severe[1..].iter().all(|a| a.kind == "Warn"), "then the Warns, newest first");
         assert!(severe[1..].windows(2).all(|w| w[0].id > w[1].id));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A device's alarm state is its Alarm's: not a Monitor rule's press (recorded only), and
+    /// not the text of an `enter` alert raised in the same moment.
+    #[test]
+    fn an_alarm_state_is_the_alarms_alone() {
+        let (dir, store) = store_with_org("alarm-state");
+        let press = |kind, channel, text| NewAlert { channel, text, ..alert(kind, 7) };
+        store.create_alert(&press("Monitor", "alarm", "Visitor pressed"), None).unwrap();
+        assert_eq!(store.open_alarm(1).unwrap(), None);
+        assert!(store.open_alarm_devices().unwrap().is_empty());
+        assert_eq!(store.alarm_text_at(1, 7).unwrap(), None);
+        store.create_alert(&press("Alarm", "alarm", "Alarm button pressed"), None).unwrap();
+        store.create_alert(&press("Warn", "enter", "Entered Office"), None).unwrap();
+        assert_eq!(store.alarm_text_at(1, 7).unwrap().as_deref(), Some("Alarm button pressed"));
+        assert_eq!(store.open_alarm(1).unwrap(), Some(("Alarm button pressed".to_string(), 7)));
+        assert_eq!(store.open_alarm_devices().unwrap(), [1].into_iter().collect());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
