@@ -353,7 +353,7 @@ fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> String {
 
 /// The certificates of a PEM file of CA certificates: at least one, and each usable as a
 /// trust anchor.
-fn webhook_ca(path: &Path) -> Result<Vec<Vec<u8>>, String> {
+pub(crate) fn ca_certificates(path: &Path) -> Result<Vec<Vec<u8>>, String> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut certs = Vec::new();
@@ -480,7 +480,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     };
 
     let metrics_token = match &h.metrics_token {
-        Some(t) if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+        Some(t) if t.chars().count() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
             return Err(ConfigError::new("http.metrics_token", "must be at least 16 characters without spaces"));
         }
         other => other.clone(),
@@ -490,6 +490,12 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     let store_path = raw.store.path.as_deref().unwrap_or(DEFAULT_STORE_PATH);
     if store_path.trim().is_empty() {
         return Err(ConfigError::new("store.path", "must not be empty"));
+    }
+    if store_path.ends_with('/') {
+        return Err(ConfigError::new(
+            "store.path",
+            "names a folder: give the database file (such as data/sitegate.db)",
+        ));
     }
 
     // [api]
@@ -582,7 +588,7 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
             None => None,
             Some(p) => {
                 let path = relative(p);
-                let certs = webhook_ca(&path).map_err(|m| ConfigError::new("webhooks.ca", m))?;
+                let certs = ca_certificates(&path).map_err(|m| ConfigError::new("webhooks.ca", m))?;
                 Some(WebhookCa { path, certs: Arc::new(certs) })
             }
         },
@@ -674,8 +680,13 @@ pub fn resolve(raw: RawConfig, source: Option<&Path>) -> Result<Config, ConfigEr
     }
     for (i, (key, a)) in listeners.iter().enumerate() {
         for (other, b) in &listeners[..i] {
-            let overlap = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
-            if a.port() != 0 && a.port() == b.port() && overlap && a.is_ipv4() == b.is_ipv4() {
+            let overlap = if a.is_ipv4() == b.is_ipv4() {
+                a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified()
+            } else {
+                // `[::]` takes IPv4 too (Linux's default, net.ipv6.bindv6only = 0).
+                [a, b].iter().any(|x| x.is_ipv6() && x.ip().is_unspecified())
+            };
+            if a.port() != 0 && a.port() == b.port() && overlap {
                 return Err(ConfigError::new(
                     *key,
                     format!("{a} is also {other}'s address: each listener needs its own port"),
@@ -893,6 +904,20 @@ mod tests {
         check_err("[http]\nlisten = \"nope\"\n", "http.listen");
         check_err("[http]\nbogus = 1\n", "http.bogus");
         check_err("[site]\ntimezone = \"Mars/Base\"\n", "site.timezone");
+        check_err("[store]\npath = \"newdir/\"\n", "store.path");
+        check_err("[http]\nlisten = \"0.0.0.0:28690\"\n[mqtt]\nlisten = \"[::]:28690\"\n", "mqtt.listen");
+        check_err("[http]\nmetrics_token = \"ééééééééé\"\n", "http.metrics_token");
+        check_err("[mqtt]\nenabled = false\nbridge_url = \"mqtt://127.0.0.1:1884\"\n", "mqtt.bridge_url");
+        check_err("[mqtt]\nbridge_password = \"x\"\n", "mqtt.bridge_url");
+        check_err("[mqtt]\nbridge_url = \"mqtt://h?x=1\"\n", "mqtt.bridge_url");
+        // A CA file must hold a certificate, not merely be readable.
+        let junk = std::env::temp_dir().join(format!("sitegate-junk-ca-{}", std::process::id()));
+        std::fs::write(&junk, [0x8a, 0x01, 0xff, 0x00, 0x42]).unwrap();
+        check_err(
+            &format!("[mqtt]\nbridge_url = \"mqtts://h\"\nbridge_ca = {:?}\n", junk.display().to_string()),
+            "mqtt.bridge_ca",
+        );
+        let _ = std::fs::remove_file(&junk);
         check_err("[[organizations]]\nid = \"a-b\"\nname = \"x\"\n", "organizations[0].id");
         // Alert rules: settings of another kind of rule are refused, a missing one named.
         let rule = "[[alert_rules]]\nid = \"r\"\ntype = \"warn\"\n";

@@ -67,20 +67,29 @@ impl InstanceLock {
         if let Ok(m) = std::fs::metadata(db) {
             use std::os::unix::fs::MetadataExt;
             if m.nlink() > 1 {
-                return Err(ServeError::Io(format!(
+                return Err(ServeError::Store(crate::store::StoreError::Unusable(format!(
                     "{} has {} hard links: it must have one name (a second service through another name would \
                      lose writes); remove the other links",
                     db.display(),
                     m.nlink()
-                )));
+                ))));
             }
         }
         let mut name = db.as_os_str().to_owned();
         name.push(".lock");
         let path = PathBuf::from(name);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| ServeError::Io(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                let message =
+                    format!("cannot create {}: {e} (check [store] path and who may write there)", dir.display());
+                match e.kind() {
+                    // Lasting until an operator acts: a start again fails the same way.
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                        ServeError::Store(crate::store::StoreError::Unusable(message))
+                    }
+                    _ => ServeError::Io(message),
+                }
+            })?;
         }
         let new = !path.exists();
         let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| {
@@ -185,6 +194,17 @@ fn check_clock() -> Result<(), ServeError> {
 
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(limits::RUNTIME_WORKER_THREADS)
+        .max_blocking_threads(limits::RUNTIME_BLOCKING_THREADS_MAX)
+        .thread_name("sitegate-rt")
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Io(format!("cannot start the runtime: {e}")))?;
+    // Signal handlers first: a SIGTERM or SIGHUP from now on, during a migration too, is
+    // taken once the service serves (it stops it in order, or reloads), instead of ending
+    // the process at once with the signal's default action.
+    let mut signals = runtime.block_on(async { Signals::new() }).map_err(|e| ServeError::Io(e.to_string()))?;
     check_clock()?;
     let _lock = InstanceLock::acquire(&config.store.path)?;
     open_files_for(&config);
@@ -201,16 +221,6 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     };
     let metrics = Arc::new(Metrics::new());
     let app = Arc::new(App::new(config.clone(), Arc::clone(&store), Arc::clone(&metrics))?);
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(limits::RUNTIME_WORKER_THREADS)
-        .max_blocking_threads(limits::RUNTIME_BLOCKING_THREADS_MAX)
-        .thread_name("sitegate-rt")
-        .enable_all()
-        .build()
-        .map_err(|e| ServeError::Io(format!("cannot start the runtime: {e}")))?;
-    // Signal handlers first: a SIGTERM from now on stops the service in order.
-    let mut signals = runtime.block_on(async { Signals::new() }).map_err(|e| ServeError::Io(e.to_string()))?;
 
     let bind = |addr: SocketAddr| -> Result<std::net::TcpListener, ServeError> {
         let l =
@@ -541,6 +551,17 @@ fn reload_site(config: &Config, app: &App, location: &crate::location::service::
         return;
     };
     match crate::config::load(Some(path)) {
+        Ok(new)
+            if new.site_map.zones.is_empty()
+                && !app.site.read().unwrap_or_else(std::sync::PoisonError::into_inner).site.zones.is_empty() =>
+        {
+            // An empty or truncated file (one being written as the signal came) would take
+            // every zone and every alert rule away.
+            log::warn!(
+                "SIGHUP: {} not reloaded: it has no zones, and the running site map has;                  restart to run without a site map",
+                path.display()
+            );
+        }
         Ok(new) => {
             {
                 let mut state = app.site.write().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -592,6 +613,16 @@ fn changed_for_restart(running: &Config, new: &Config) -> Vec<String> {
             }
             (a, b) if a != b => changed.push(section.clone()),
             _ => {}
+        }
+    }
+    // Secrets are written as "(set)" above: a rotated one compares equal there.
+    let bridge_password = |c: &Config| c.mqtt.bridge.as_ref().and_then(|b| b.password.clone());
+    for (key, differs) in [
+        ("http.metrics_token", running.http.metrics_token != new.http.metrics_token),
+        ("mqtt.bridge_password", bridge_password(running) != bridge_password(new)),
+    ] {
+        if differs && !changed.iter().any(|c| c == key) {
+            changed.push(key.to_string());
         }
     }
     changed
@@ -722,5 +753,34 @@ impl Flusher {
     fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.thread.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        crate::config::resolve(crate::config::parse(text).unwrap(), None).unwrap()
+    }
+
+    /// A rotated secret (written "(set)" in the settings' text) is named as waiting for a
+    /// restart, as any other setting a reload does not put in force.
+    #[test]
+    fn a_rotated_secret_is_named_for_the_restart() {
+        let with = |token: &str, password: &str| {
+            config(&format!(
+                "[http]\nmetrics_token = \"{token}\"\n[mqtt]\nbridge_url = \"mqtt://127.0.0.1:1884\"\nbridge_password = \"{password}\"\n"
+            ))
+        };
+        let running = with("aaaaaaaaaaaaaaaaaaaa", "p1");
+        assert!(changed_for_restart(&running, &with("aaaaaaaaaaaaaaaaaaaa", "p1")).is_empty());
+        assert_eq!(changed_for_restart(&running, &with("bbbbbbbbbbbbbbbbbbbb", "p1")), ["http.metrics_token"]);
+        assert_eq!(changed_for_restart(&running, &with("aaaaaaaaaaaaaaaaaaaa", "p2")), ["mqtt.bridge_password"]);
+        let unset = config("");
+        let set = changed_for_restart(&unset, &with("aaaaaaaaaaaaaaaaaaaa", "p1"));
+        for key in ["http.metrics_token", "mqtt.bridge_url", "mqtt.bridge_password"] {
+            assert_eq!(set.iter().filter(|c| *c == key).count(), 1, "{key} in {set:?}");
+        }
     }
 }

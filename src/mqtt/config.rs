@@ -1,6 +1,6 @@
 //! `[mqtt]` in config.toml: the raw keys and their validated form.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -75,7 +75,7 @@ pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result
                 }
                 Some(ca) => {
                     let ca = relative(ca);
-                    check_readable(&ca).map_err(|m| ConfigError::new("mqtt.client_ca", m))?;
+                    crate::config::ca_certificates(&ca).map_err(|m| ConfigError::new("mqtt.client_ca", m))?;
                     let listen = socket_addr(
                         "mqtt.client_cert_listen",
                         raw.client_cert_listen.as_deref().unwrap_or(DEFAULT_MQTTS_CLIENT_CERT_LISTEN),
@@ -93,10 +93,22 @@ pub fn resolve_mqtt(raw: &RawMqtt, relative: &dyn Fn(&str) -> PathBuf) -> Result
     };
     let bridge = match &raw.bridge_url {
         None => {
-            if raw.bridge_username.is_some() || raw.bridge_ca.is_some() || raw.bridge_prefix.is_some() {
+            let others = [
+                raw.bridge_username.is_some(),
+                raw.bridge_password.is_some(),
+                raw.bridge_ca.is_some(),
+                raw.bridge_prefix.is_some(),
+                raw.bridge_client_id.is_some(),
+                raw.bridge_queue_max.is_some(),
+            ];
+            if others.into_iter().any(|set| set) {
                 return Err(ConfigError::new("mqtt.bridge_url", "is required by the other bridge_ keys"));
             }
             None
+        }
+        // The bridge forwards the embedded broker's feed: without the broker it would never run.
+        Some(_) if raw.enabled == Some(false) => {
+            return Err(ConfigError::new("mqtt.bridge_url", "needs the broker (mqtt.enabled = true)"));
         }
         Some(url) => Some(resolve_bridge(raw, url, relative)?),
     };
@@ -151,6 +163,9 @@ fn resolve_bridge(raw: &RawMqtt, url: &str, relative: &dyn Fn(&str) -> PathBuf) 
     if uri.path() != "/" && !uri.path().is_empty() {
         return Err(bad("has a path"));
     }
+    if uri.query().is_some() {
+        return Err(bad("has a query"));
+    }
     let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
     let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
     if authority.contains('@') {
@@ -181,7 +196,7 @@ fn resolve_bridge(raw: &RawMqtt, url: &str, relative: &dyn Fn(&str) -> PathBuf) 
                 return Err(ConfigError::new("mqtt.bridge_ca", "is for an mqtts:// bridge_url"));
             }
             let p = relative(p);
-            check_readable(&p).map_err(|m| ConfigError::new("mqtt.bridge_ca", m))?;
+            crate::config::ca_certificates(&p).map_err(|m| ConfigError::new("mqtt.bridge_ca", m))?;
             Some(p)
         }
     };
@@ -214,10 +229,6 @@ fn resolve_bridge(raw: &RawMqtt, url: &str, relative: &dyn Fn(&str) -> PathBuf) 
             limits::MQTT_BRIDGE_QUEUE_MAX_CEILING,
         )?,
     })
-}
-
-fn check_readable(path: &Path) -> Result<(), String> {
-    std::fs::File::open(path).map(|_| ()).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 impl MqttConfig {

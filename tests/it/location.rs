@@ -268,6 +268,11 @@ fn sighup_reloads_the_site_map() {
     hup(&s);
     wait_for("the refusal in the log", || s.stderr().contains("not reloaded").then_some(()));
     assert_eq!(title(&c), "Staff badge");
+    // Nor does an empty file (one half written as the signal came): it would take every zone.
+    std::fs::write(&s.config, "").unwrap();
+    hup(&s);
+    wait_for("the refusal of an empty file", || s.stderr().contains("it has no zones").then_some(()));
+    assert_eq!(title(&c), "Staff badge");
     std::fs::write(&s.config, config.replace("Staff badge", "Employee badge")).unwrap();
     hup(&s);
     wait_for("the new tag type title", || (title(&c) == "Employee badge").then_some(()));
