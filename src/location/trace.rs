@@ -60,8 +60,15 @@ impl<R: BufRead> TraceReader<R> {
     pub fn next_advert(&mut self) -> io::Result<Option<Advert>> {
         loop {
             self.line.clear();
-            let n =
-                io::Read::take(&mut self.input, limits::TRACE_LINE_BYTES_MAX as u64 + 1).read_line(&mut self.line)?;
+            let n = io::Read::take(&mut self.input, limits::TRACE_LINE_BYTES_MAX as u64 + 1)
+                .read_line(&mut self.line)
+                .map_err(|e| match e.kind() {
+                    // Not UTF-8: a binary file, or a line cut by a crash.
+                    io::ErrorKind::InvalidData => {
+                        io::Error::new(io::ErrorKind::InvalidData, format!("trace line {}: {e}", self.number + 1))
+                    }
+                    _ => e,
+                })?;
             if n == 0 {
                 return Ok(None);
             }
@@ -171,5 +178,8 @@ mod tests {
             let err = TraceReader::new(text.as_bytes()).next_advert().unwrap_err();
             assert!(err.to_string().starts_with("trace line 2:"), "{err}");
         }
+        // Bytes that are not UTF-8 (a binary file given as a trace).
+        let err = TraceReader::new(&b"\n\xff\xfe\x00\n"[..]).next_advert().unwrap_err();
+        assert!(err.to_string().starts_with("trace line 2:"), "{err}");
     }
 }

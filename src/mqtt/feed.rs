@@ -268,8 +268,15 @@ impl Feed {
             }
         };
         let mut present = HashSet::new();
-        for (id, state, t_ms) in states {
+        let mut given_way = Vec::new();
+        for (id, mut state, mut t_ms) in states {
             let Some(d) = self.devices.get(&id).filter(|_| which(id)) else { continue };
+            // An alarm acknowledged just before a stop, before its state gave way (within a
+            // second): online, not the alarm again until the device leaves.
+            if state == STATE_ALARM && matches!(store.open_alarm(id), Ok(None)) {
+                (state, t_ms) = (STATE_ONLINE.to_string(), crate::timefmt::now_ms());
+                given_way.push((id, STATE_ONLINE, t_ms));
+            }
             // An alarm state says again which alarm (its alert holds the text).
             let alarm = if state == STATE_ALARM { store.alarm_text_at(id, t_ms).ok().flatten() } else { None };
             let msg = state_message(d, &state, alarm.as_deref(), t_ms, &self.tz);
@@ -278,6 +285,11 @@ impl Feed {
             if state != STATE_OFFLINE {
                 present.insert(id);
             }
+        }
+        if !given_way.is_empty()
+            && let Err(e) = store.set_device_states(&given_way)
+        {
+            log::warn!("mqtt: cannot store the states of acknowledged alarms: {e}");
         }
         present
     }
@@ -575,6 +587,55 @@ mod tests {
         assert_eq!(last.get("o/1.1.2/state").map(String::as_str), Some(STATE_OFFLINE), "{last:?}");
         let stored: Vec<(i64, String)> = store.device_states().unwrap().into_iter().map(|(id, s, _)| (id, s)).collect();
         assert_eq!(stored, vec![(kept, STATE_ONLINE.to_string()), (away, STATE_OFFLINE.to_string())]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An alarm acknowledged just before a stop, its `alarm` state stored still: the start
+    /// publishes the device online, and one with its alarm open as the alarm.
+    #[test]
+    fn a_start_gives_an_acknowledged_alarms_state_way() {
+        let (dir, store) = crate::store::testing::store_with_org("feed-acked", "o");
+        let device = |n: u8| Device {
+            deviceaddress: format!("1/1/{n}"),
+            deviceid: format!("1.1.{n}"),
+            label: String::new(),
+            tagtype: None,
+            beacon: BeaconId::Mac(Mac([0, 0, 0, 0, 0, n])),
+            contactid: None,
+        };
+        let (acked, open) =
+            (store.create_device("o", &device(1)).unwrap().id, store.create_device("o", &device(2)).unwrap().id);
+        let alarm = |device_id| crate::store::NewAlert {
+            org: "o",
+            rule: "panic",
+            kind: "Alarm",
+            device_id,
+            contact_id: None,
+            text: "Alarm button pressed",
+            value: "1",
+            units: "",
+            channel: "alarm",
+            t_ms: 1_000,
+            published: true,
+        };
+        let (id, _) = store.create_alert(&alarm(acked), None).unwrap();
+        store.create_alert(&alarm(open), None).unwrap();
+        store.ack_alert("o", id, 1, 2_000).unwrap();
+        store.set_device_states(&[(acked, STATE_ALARM, 1_000), (open, STATE_ALARM, 1_000)]).unwrap();
+
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let mut feed = Feed::new(tx, jiff::tz::TimeZone::UTC, Arc::new(BrokerStats::default()));
+        feed.set_devices(&store, &store.devices(None).unwrap());
+        feed.restore(&store, 5_000, 30_000);
+        let mut last = HashMap::new();
+        while let Ok(m) = rx.try_recv() {
+            let v: Value = serde_json::from_slice(&m.payload).unwrap();
+            last.insert(m.topic, (v["data"]["state"].clone(), v["data"]["alarmEvent"]["value"].clone()));
+        }
+        assert_eq!(last["o/1.1.1/state"], (json!(STATE_ONLINE), json!("none")), "{last:?}");
+        assert_eq!(last["o/1.1.2/state"], (json!(STATE_ALARM), json!("Alarm button pressed")), "{last:?}");
+        let stored: Vec<(i64, String)> = store.device_states().unwrap().into_iter().map(|(id, s, _)| (id, s)).collect();
+        assert_eq!(stored, vec![(acked, STATE_ONLINE.to_string()), (open, STATE_ALARM.to_string())]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
