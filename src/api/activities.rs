@@ -66,6 +66,13 @@ pub fn update(ctx: &Ctx<'_>, kind: ActivityType, id: i64) -> Result<Reply, ApiEr
         p.int("parent").map_err(|_| ApiError::invalid_value("parent", "must be an item id"))?.filter(|id| *id > 0);
     let mut fields = data_fields(kind, body.get("data"))?;
     let upload = take_upload(ctx, kind, &mut fields)?;
+    // A required field stays (an attachment without its file), and a stored file keeps a
+    // name: `file` given alone renames it.
+    for required in kind.required_fields().iter().chain(kind.holds_file().then_some(&"file")) {
+        if fields.get(*required).is_some_and(|v| v.is_empty()) {
+            return Err(ApiError::invalid_value(required, "cannot be emptied"));
+        }
+    }
     let changes = ActivityChanges { fields, place: place_of(&p)?, parent, upload };
     ctx.app.store.update_activity(&ctx.viewer, kind, id, changes)?;
     Ok(Reply::ok(Out::map()))
@@ -112,7 +119,14 @@ fn take_upload(ctx: &Ctx<'_>, kind: ActivityType, fields: &mut FieldValues) -> R
         .ok()
         .filter(|n| !n.is_empty() && n.len() <= limits::NAME_BYTES_MAX)
         .ok_or_else(|| ApiError::invalid_value("file", "the file name must be 1 to 255 bytes of text"))?;
-    fields.entry("file".into()).or_insert_with(|| name.clone());
+    // The body's `file`, if it gives one, names the file (as Show and the download say).
+    let name = match fields.get("file").filter(|n| !n.is_empty()) {
+        Some(given) => given.clone(),
+        None => {
+            fields.insert("file".into(), name.clone());
+            name
+        }
+    };
     Ok(Some(Upload { name, content_type: upload.content_type.clone(), bytes: upload.bytes.clone() }))
 }
 

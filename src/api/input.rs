@@ -119,7 +119,19 @@ fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Uploads), 
                 return Err(ApiError::invalid_request("too many parts in the multipart body"));
             }
             let name = field.name().unwrap_or("").to_string();
-            match field.file_name().map(str::to_string) {
+            // multer reads a plain UTF-8 `filename` only: a part with another (Latin-1 bytes,
+            // `filename*=`) is a file all the same, never its content taken as text.
+            let file_name = field.file_name().map(str::to_string).or_else(|| {
+                field.headers().get(http::header::CONTENT_DISPOSITION).and_then(|v| raw_file_name(v.as_bytes()))
+            });
+            match file_name {
+                // A browser's file input left empty: no file.
+                Some(file_name) if file_name.is_empty() => {
+                    let bytes = field.bytes().await.map_err(bad)?;
+                    if !bytes.is_empty() {
+                        return Err(ApiError::invalid_value(&name, "a file without a name"));
+                    }
+                }
                 Some(file_name) => {
                     if uploads.len() == limits::UPLOADS_PER_REQUEST_MAX {
                         return Err(too_many_files());
@@ -147,6 +159,34 @@ fn parse_multipart(content_type: &str, body: &[u8]) -> Result<(Value, Uploads), 
         }
         Ok((parse_form(&form.finish())?, uploads))
     })
+}
+
+/// The file name of a part's Content-Disposition that multer does not read: `filename*=`
+/// (RFC 5987: `UTF-8''Kunden%20M%C3%BCller.csv`, or another charset) or a `filename="..."`
+/// that is not UTF-8 (read as Windows-1252, what such clients send).
+fn raw_file_name(header: &[u8]) -> Option<String> {
+    let params = header.split(|b| *b == b';').skip(1).map(|p| p.trim_ascii());
+    let mut plain = None;
+    for param in params {
+        let Some(eq) = param.iter().position(|b| *b == b'=') else { continue };
+        let (key, value) = (param[..eq].trim_ascii(), param[eq + 1..].trim_ascii());
+        if key.eq_ignore_ascii_case(b"filename*") {
+            let text = std::str::from_utf8(value).ok()?;
+            let mut parts = text.splitn(3, '\'');
+            let (charset, _lang, encoded) = (parts.next()?, parts.next()?, parts.next()?);
+            let bytes: Vec<u8> = percent_encoding::percent_decode_str(encoded).collect();
+            let encoding = encoding_rs::Encoding::for_label(charset.as_bytes())?;
+            return Some(encoding.decode_without_bom_handling(&bytes).0.into_owned());
+        }
+        if key.eq_ignore_ascii_case(b"filename") {
+            let value = value.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")).unwrap_or(value);
+            plain = Some(match std::str::from_utf8(value) {
+                Ok(text) => text.to_string(),
+                Err(_) => encoding_rs::WINDOWS_1252.decode_without_bom_handling(value).0.into_owned(),
+            });
+        }
+    }
+    plain
 }
 
 fn too_many_files() -> ApiError {
@@ -467,6 +507,10 @@ impl<'a> Params<'a> {
 
     /// An integer parameter (a JSON number or a string of digits); empty counts as missing.
     pub fn int(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        // JSON true is no id: taken as 1, it named someone else's record.
+        if let Some(Value::Bool(b)) = self.get(key) {
+            return Err(ApiError::invalid_parameter(key, format!("{b} is not an integer")));
+        }
         match self.nonempty(key)? {
             None => Ok(None),
             Some(s) => s
@@ -505,6 +549,7 @@ pub fn ids_under(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
             Value::Null => Ok(()),
             Value::Array(items) => items.iter().try_for_each(|i| walk(i, what, out)),
             Value::Object(m) => m.values().try_for_each(|i| walk(i, what, out)),
+            Value::Bool(b) => Err(ApiError::invalid_value(what, format!("{b} is not an id"))),
             other => {
                 let text = scalar_text(other).unwrap_or_default();
                 let text = trim_blank(&text);
@@ -600,6 +645,10 @@ mod tests {
         assert_eq!(p.int("blank").unwrap(), None);
         assert_eq!(p.int("padded").unwrap(), Some(5));
         assert!(p.int("word").is_err());
+        // JSON true is no id (it was taken as 1).
+        let v = json!({"parent": true, "categories": {"add": [true]}});
+        assert!(Params::new(&v).int("parent").is_err());
+        assert!(ids_under(&v["categories"], "categories").is_err());
         assert_eq!(p.nonempty("missing").unwrap(), None);
     }
 
@@ -624,6 +673,36 @@ mod tests {
         );
         check(None, "   ", json!({}));
         check(Some("text/plain"), "a=1", json!({"a": "1"}));
+    }
+
+    /// A file part is a file whatever its name's encoding; a browser's empty file input is no
+    /// file at all.
+    #[test]
+    fn multipart_file_names_in_any_encoding() {
+        let ct = "multipart/form-data; boundary=XyZ";
+        let body = |disposition: &[u8], content: &[u8]| -> Vec<u8> {
+            let mut b = b"--XyZ\r\nContent-Disposition: form-data; name=\"parent\"\r\n\r\n1\r\n--XyZ\r\n".to_vec();
+            b.extend_from_slice(b"Content-Disposition: form-data; name=\"data[file]\"; ");
+            b.extend_from_slice(disposition);
+            b.extend_from_slice(b"\r\nContent-Type: text/csv\r\n\r\n");
+            b.extend_from_slice(content);
+            b.extend_from_slice(b"\r\n--XyZ--\r\n");
+            b
+        };
+        for (disposition, name) in [
+            (&b"filename=\"Kunden_M\xfcller.csv\""[..], "Kunden_Müller.csv"),
+            (&b"filename*=UTF-8''Kunden_M%C3%BCller.csv"[..], "Kunden_Müller.csv"),
+            (&b"filename=\"plain.csv\""[..], "plain.csv"),
+        ] {
+            let parsed = parse_body(Some(ct), &body(disposition, b"a;b\n")).unwrap();
+            assert_eq!(parsed.params, json!({"parent": "1"}), "{name}");
+            assert_eq!(parsed.uploads.len(), 1, "{name}");
+            assert_eq!((parsed.uploads[0].0.as_str(), parsed.uploads[0].1.name.as_str()), ("data[file]", name));
+            assert_eq!(parsed.uploads[0].1.bytes, b"a;b\n");
+        }
+        let empty = parse_body(Some(ct), &body(b"filename=\"\"", b"")).unwrap();
+        assert_eq!((empty.params, empty.uploads.len()), (json!({"parent": "1"}), 0));
+        assert!(parse_body(Some(ct), &body(b"filename=\"\"", b"data")).is_err());
     }
 
     #[test]

@@ -286,8 +286,13 @@ impl Store {
                     viewer.user_id,
                 ),
             )?;
-            if let Some(upload) = &changes.upload {
-                store_file(tx, id, upload)?;
+            match (&changes.upload, changes.fields.get("file")) {
+                (Some(upload), _) => store_file(tx, id, upload)?,
+                // Renamed: the download is named as Show says.
+                (None, Some(name)) if !name.is_empty() => {
+                    tx.exec("UPDATE files SET name = ?2 WHERE item_id = ?1", (id, name))?;
+                }
+                _ => {}
             }
             let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesUpdate], Target::Activity(kind, id))?;
             Ok((record_id, wrote))

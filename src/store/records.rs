@@ -1007,10 +1007,18 @@ fn check_ownership(tx: &Connection, viewer: &Viewer, ownership: i64) -> Result<(
     let Some(kind) = kind else {
         return Err(StoreError::BadReference(format!("ownership {ownership} is not a user or group id")));
     };
-    if viewer.prevent_private && kind == PrincipalKind::User && ownership == viewer.user_id && !viewer.admin {
-        return Err(StoreError::Forbidden(
-            "this user may not own private records: give a group id as ownership".into(),
-        ));
+    // A user with preventprivatedata never owns records, whoever gives them one.
+    if kind == PrincipalKind::User {
+        let prevented: bool = tx
+            .prepare_cached("SELECT prevent_private FROM principals WHERE id = ?1")?
+            .query_row([ownership], |r| r.get(0))?;
+        if prevented {
+            return Err(StoreError::Forbidden(if ownership == viewer.user_id {
+                "this user may not own private records: give a group id as ownership".into()
+            } else {
+                format!("user {ownership} may not own records (preventprivatedata): give a group id as ownership")
+            }));
+        }
     }
     if viewer.admin || viewer.owner_ids().contains(&ownership) {
         Ok(())

@@ -142,6 +142,13 @@ fn users_without_private_data_must_share() {
     let own = user_id(&s, "pat@acme.test");
     let r = c.post_json("/contacts", &format!(r#"{{"firstname": "x", "ownership": {own}}}"#));
     assert_eq!(r.status, 403, "never the user's own: {}", r.body);
+    // Nor given by an administrator, on create or update.
+    let admin = s.admin_client();
+    let r = admin.post_json("/contacts", &format!(r#"{{"firstname": "x", "ownership": {own}}}"#));
+    assert_eq!(r.status, 403, "{}", r.body);
+    let mine = admin.create("contacts", r#"{"firstname": "z"}"#);
+    let r = admin.put_json(&format!("/contacts/{mine}"), &format!(r#"{{"ownership": {own}}}"#));
+    assert_eq!(r.status, 403, "{}", r.body);
     // With two, the caller chooses.
     let other = s.add_group("Other", &[]);
     let lee = s.add_user(

@@ -67,6 +67,18 @@ fn upload_show_download_replace() {
     c.call(Req::new("PUT", &format!("/contacts/file/{id}")).body(&ct, body)).assert_status(200);
     let raw = download_bytes(&s, &s.admin, &download);
     assert_eq!(raw.1, b"second version");
+    // `file` alone renames the stored file (the download says what Show says); it cannot be
+    // emptied. A browser's file input left empty changes the caption only.
+    c.put_json(&format!("/contacts/file/{id}"), r#"{"data": {"file": "renamed.txt"}}"#).assert_status(200);
+    let raw = download_bytes(&s, &s.admin, &download);
+    assert!(raw.2.contains("renamed.txt"), "{}", raw.2);
+    assert_eq!(c.put_json(&format!("/contacts/file/{id}"), r#"{"data": {"file": ""}}"#).status, 400);
+    let (ct, body) =
+        multipart(&[("data[caption]", "New caption")], Some(("data[file]", "", "application/octet-stream", b"")));
+    c.call(Req::new("PUT", &format!("/contacts/file/{id}")).body(&ct, body)).assert_status(200);
+    let show = c.get_json(&format!("/contacts/{contact}")).json();
+    assert_eq!(show["activities"][id.to_string()]["fields"]["caption"], "New caption");
+    assert_eq!(download_bytes(&s, &s.admin, &download).1, b"second version");
     let list = c.create_activity("photolist", &format!(r#"{{"parent": {contact}, "data": {{"title": "Lobby"}}}}"#));
     let (ct, body) = multipart(
         &[("parent", &list.to_string())],
@@ -82,6 +94,8 @@ fn upload_show_download_replace() {
     let att = r.json()["id"].as_i64().unwrap();
     assert_eq!(r.json()["data"]["file"], "notes.bin");
     assert_eq!(download_bytes(&s, &s.admin, &format!("/contacts/attachment/{att}/file")).1, b"\x00\x01\xfeab c%");
+    // An attachment keeps its required file.
+    assert_eq!(c.put_json(&format!("/contacts/attachment/{att}"), r#"{"data": {"file": ""}}"#).status, 400);
 }
 
 #[test]
