@@ -10,6 +10,8 @@ use crate::limits;
 /// Where a certificate stands on a day.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standing {
+    /// Not valid before a time still to come (or the clock is behind).
+    NotYetValid,
     Valid,
     /// Expires within `CERT_EXPIRY_WARN_DAYS`.
     Expiring,
@@ -31,17 +33,27 @@ pub fn configured(config: &Config) -> Vec<(&'static str, PathBuf)> {
     out
 }
 
-/// When the first certificate of a PEM file stops being valid (Unix seconds).
-pub fn not_after(path: &Path) -> Result<i64, String> {
+/// When every certificate of a PEM file is valid (Unix seconds): from the latest start of
+/// any of them to the earliest end (a chain is as good as its first link to expire).
+pub fn validity(path: &Path) -> Result<(i64, i64), String> {
     let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (_, pem) =
-        x509_parser::pem::parse_x509_pem(&pem).map_err(|e| format!("{}: no certificate: {e}", path.display()))?;
-    let cert = pem.parse_x509().map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(cert.validity().not_after.timestamp())
+    let mut span: Option<(i64, i64)> = None;
+    for block in x509_parser::pem::Pem::iter_from_buffer(&pem) {
+        let block = block.map_err(|e| format!("{}: {e}", path.display()))?;
+        if block.label != "CERTIFICATE" {
+            continue;
+        }
+        let cert = block.parse_x509().map_err(|e| format!("{}: {e}", path.display()))?;
+        let (from, until) = (cert.validity().not_before.timestamp(), cert.validity().not_after.timestamp());
+        span = Some(span.map_or((from, until), |(f, u)| (f.max(from), u.min(until))));
+    }
+    span.ok_or_else(|| format!("{}: no certificate", path.display()))
 }
 
-pub fn standing(not_after: i64, now: i64) -> Standing {
-    if not_after <= now {
+pub fn standing((not_before, not_after): (i64, i64), now: i64) -> Standing {
+    if now < not_before {
+        Standing::NotYetValid
+    } else if not_after <= now {
         Standing::Expired
     } else if not_after - now <= limits::CERT_EXPIRY_WARN_DAYS * 86_400 {
         Standing::Expiring
@@ -56,20 +68,30 @@ pub fn check(config: &Config, now: i64, before: &mut Vec<Standing>) {
     let certs = configured(config);
     before.resize(certs.len(), Standing::Valid);
     for ((key, path), was) in certs.iter().zip(before.iter_mut()) {
-        let until = match not_after(path) {
-            Ok(until) => until,
+        let (from, until) = match validity(path) {
+            Ok(span) => span,
             Err(e) => {
                 log::warn!("`{key}`: cannot tell when it expires: {e}");
                 continue;
             }
         };
-        let now_standing = standing(until, now);
-        let date = jiff::Timestamp::from_second(until).map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string());
-        let date = date.unwrap_or_else(|_| until.to_string());
+        let now_standing = standing((from, until), now);
+        let day = |t: i64| {
+            jiff::Timestamp::from_second(t)
+                .map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
+                .unwrap_or_else(|_| t.to_string())
+        };
+        let date = day(until);
         match (now_standing, *was) {
             (Standing::Expired, Standing::Expired)
             | (Standing::Expiring, Standing::Expiring)
+            | (Standing::NotYetValid, Standing::NotYetValid)
             | (Standing::Valid, _) => {}
+            (Standing::NotYetValid, _) => log::error!(
+                "`{key}` {} is not valid before {}: clients that check it refuse to connect until then                  (or the clock is behind)",
+                path.display(),
+                day(from)
+            ),
             (Standing::Expired, _) => log::error!(
                 "`{key}` {} expired on {date}: clients that check it refuse to connect; replace it and restart the service",
                 path.display()
@@ -92,11 +114,13 @@ mod tests {
     fn a_certificate_is_valid_expiring_or_expired() {
         let day = 86_400;
         let now = 1_800_000_000;
-        assert_eq!(standing(now + 90 * day, now), Standing::Valid);
-        assert_eq!(standing(now + limits::CERT_EXPIRY_WARN_DAYS * day, now), Standing::Expiring);
-        assert_eq!(standing(now + 1, now), Standing::Expiring);
-        assert_eq!(standing(now, now), Standing::Expired);
-        assert_eq!(standing(now - day, now), Standing::Expired);
+        let from = now - day;
+        assert_eq!(standing((from, now + 90 * day), now), Standing::Valid);
+        assert_eq!(standing((from, now + limits::CERT_EXPIRY_WARN_DAYS * day), now), Standing::Expiring);
+        assert_eq!(standing((from, now + 1), now), Standing::Expiring);
+        assert_eq!(standing((from, now), now), Standing::Expired);
+        assert_eq!(standing((from, now - day), now), Standing::Expired);
+        assert_eq!(standing((now + day, now + 90 * day), now), Standing::NotYetValid);
     }
 
     /// The expiry is read from the certificate itself: one made to last 10 days.
@@ -117,10 +141,25 @@ mod tests {
         let cert = params.self_signed(&key).unwrap();
         let path = dir.join("cert.pem");
         std::fs::write(&path, cert.pem()).unwrap();
-        assert_eq!(not_after(&path).unwrap(), until);
-        assert_eq!(standing(not_after(&path).unwrap(), now), Standing::Expiring);
+        assert_eq!(validity(&path).unwrap().1, until);
+        assert_eq!(standing(validity(&path).unwrap(), now), Standing::Expiring);
+        // A chain: a leaf that lasts a year before an intermediate that lasts 10 days is as
+        // good as the intermediate.
+        let mut leaf = rcgen::CertificateParams::new(vec!["gateway.example".to_string()]).unwrap();
+        leaf.not_before = ymd(today.checked_sub(jiff::Span::new().days(1)).unwrap());
+        leaf.not_after = ymd(today.checked_add(jiff::Span::new().days(365)).unwrap());
+        let leaf = leaf.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap();
+        std::fs::write(&path, format!("{}{}", leaf.pem(), cert.pem())).unwrap();
+        assert_eq!(validity(&path).unwrap().1, until);
+        // Not valid yet.
+        let mut later = rcgen::CertificateParams::new(vec!["gateway.example".to_string()]).unwrap();
+        later.not_before = ymd(today.checked_add(jiff::Span::new().days(5)).unwrap());
+        later.not_after = ymd(today.checked_add(jiff::Span::new().days(365)).unwrap());
+        let later = later.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap();
+        std::fs::write(&path, later.pem()).unwrap();
+        assert_eq!(standing(validity(&path).unwrap(), now), Standing::NotYetValid);
         std::fs::write(&path, "not a certificate").unwrap();
-        assert!(not_after(&path).is_err());
+        assert!(validity(&path).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -376,7 +376,21 @@ fn run_cert(command: cli::CertCommand) -> Result<(), Failure> {
     };
     let written = match command {
         cli::CertCommand::Init(i) => {
-            let config = load(i.config.as_deref())?;
+            // Only where the configuration file is: it is not checked, since it may name the
+            // very files this makes (a check would refuse them as missing).
+            let source = i.config.clone().or_else(|| {
+                let local = std::path::Path::new("config.toml");
+                local.is_file().then(|| local.to_path_buf())
+            });
+            if let Some(path) = &source
+                && !path.is_file()
+            {
+                return Err(Failure::Usage(format!("configuration file {} does not exist", path.display())));
+            }
+            let dir = i.dir.unwrap_or_else(|| {
+                let base = source.as_deref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+                base.as_deref().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("")).join("certs")
+            });
             let mut hosts = i.host;
             if hosts.is_empty() {
                 hosts = vec!["localhost".into(), "127.0.0.1".into()];
@@ -385,7 +399,7 @@ fn run_cert(command: cli::CertCommand) -> Result<(), Failure> {
                     hosts.push(node);
                 }
             }
-            mqtt::certs::init(&dir_of(&config, i.dir), &hosts, i.force).map_err(Failure::Usage)?
+            mqtt::certs::init(&dir, &hosts, i.force).map_err(Failure::Usage)?
         }
         cli::CertCommand::Client(c) => {
             let config = load(c.config.as_deref())?;

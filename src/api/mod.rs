@@ -590,8 +590,9 @@ impl App {
                 .headers
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
+                // The scheme in any case, blanks around the token (RFC 9110, 11.1).
+                .and_then(|v| v.trim().split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
+                .map_or("", |(_, token)| token.trim());
             let ok: bool = subtle::ConstantTimeEq::ct_eq(
                 auth::token_hash(presented).as_slice(),
                 auth::token_hash(expected).as_slice(),

@@ -42,6 +42,12 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
         None,
         limits::STATUS_ALERTS_MAX,
     )?;
+    // The page lists the most severe; it says how many more there are.
+    let open_alerts = if alerts.len() < limits::STATUS_ALERTS_MAX as usize {
+        alerts.len() as i64
+    } else {
+        app.store.open_alerts_count(&viewer.org)?
+    };
     super::alerts::hide_invisible_contacts(app, viewer, &mut alerts)?;
     let time = |t: Option<i64>| t.map(|t| local_ms(t, tz)).unwrap_or_default();
     let opt_int = |v: Option<i64>| v.map_or(Out::Null, Out::Int);
@@ -63,7 +69,11 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
                     .with("sincems", opt_int(st.zone_since_ms)),
             );
         }
-        let low = st.battery_mv.is_some_and(|mv| mv < limits::STATUS_BATTERY_LOW_MV);
+        // Low as shown: 2,497 mV shows as 2.50 V, which is not below 2.50 V.
+        let shown_mv = |mv: i64| {
+            super::location::battery_text(Some(mv)).parse::<f64>().map_or(mv, |v| (v * 1000.0).round() as i64)
+        };
+        let low = st.battery_mv.is_some_and(|mv| shown_mv(mv) < limits::STATUS_BATTERY_LOW_MV);
         device_list.push(
             Out::map()
                 .with("deviceaddress", Out::text(d.device.deviceaddress.clone()))
@@ -199,6 +209,7 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
         .with("floors", Out::list("floor", floors))
         .with("devices", Out::list("device", device_list))
         .with("alerts", Out::list("alert", alert_list))
+        .with("openalerts", Out::Int(open_alerts))
         .with("health", health))
 }
 

@@ -121,6 +121,7 @@ pub async fn respond(
     tokio::spawn(async move {
         let _slots = (slot, user_slot);
         let mut last = first;
+        let mut site = site_of(&app);
         let mut built = Instant::now();
         let mut sent = Instant::now();
         let mut tick = tokio::time::interval(Duration::from_millis(limits::STATUS_EVENTS_CHECK_MS));
@@ -135,11 +136,13 @@ pub async fn respond(
                 _ = tx.closed() => break,
             }
             let (app_c, request_c) = (Arc::clone(&app), Arc::clone(&request));
+            // The site map is not in the database: a reload is seen by its new map.
+            let site_now = site_of(&app);
             let changed = {
                 let now_version = tokio::task::spawn_blocking(move || app_c.store.data_version().unwrap_or(0)).await;
                 let now_version = now_version.unwrap_or(version);
-                let changed = now_version != version;
-                version = now_version;
+                let changed = now_version != version || site_now != site;
+                (version, site) = (now_version, site_now);
                 changed
             };
             let chunk = if changed || built.elapsed() >= Duration::from_millis(limits::STATUS_EVENTS_REFRESH_MS) {
@@ -181,4 +184,10 @@ pub async fn respond(
         .header(crate::api::QUOTA_HEADER, quota)
         .body(http_body_util::Either::Right(EventBody { rx }))
         .unwrap_or_else(|_| to_hyper(fallback.busy(&headers)))
+}
+
+/// Which site map is in force (its address: a reload puts a new one in place).
+fn site_of(app: &crate::api::App) -> usize {
+    let state = app.site.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    Arc::as_ptr(&state.site) as usize
 }

@@ -244,7 +244,28 @@ where
     }
 }
 
+/// Answers one request, and counts it: every answer, the ones this layer gives itself (a body
+/// too large, a timeout, no room) and the event streams' too.
 async fn respond(
+    req: hyper::Request<Incoming>,
+    peer: SocketAddr,
+    shared: &Shared,
+    shutdown: watch::Receiver<bool>,
+) -> hyper::Response<ResponseBody> {
+    let method = req.method().clone();
+    let started = std::time::Instant::now();
+    let response = answer(req, peer, shared, shutdown).await;
+    let status = response.status().as_u16();
+    shared.metrics.request_seconds.observe(started.elapsed().as_secs_f64());
+    shared
+        .metrics
+        .requests
+        .get_or_create(&crate::metrics::RequestLabels { method: method_label(&method), status })
+        .inc();
+    response
+}
+
+async fn answer(
     req: hyper::Request<Incoming>,
     peer: SocketAddr,
     shared: &Shared,
@@ -342,7 +363,6 @@ async fn respond(
         gone: Some(Arc::clone(&gone.0)),
     };
     let method = parts.method.clone();
-    let started = std::time::Instant::now();
     let response = match shared.pool.submit(request) {
         Ok(rx) => match rx.await {
             Ok(resp) => to_hyper(resp),
@@ -352,14 +372,7 @@ async fn respond(
         },
         Err(Refused(request)) => early_with(&request.headers, ApiError::busy(), false),
     };
-    let status = response.status().as_u16();
-    shared.metrics.request_seconds.observe(started.elapsed().as_secs_f64());
-    shared
-        .metrics
-        .requests
-        .get_or_create(&crate::metrics::RequestLabels { method: method_label(&method), status })
-        .inc();
-    log::debug!("{peer} {method} {} -> {status}", parts.uri.path());
+    log::debug!("{peer} {method} {} -> {}", parts.uri.path(), response.status().as_u16());
     response
 }
 

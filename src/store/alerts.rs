@@ -186,6 +186,15 @@ impl Store {
     /// `Alarm`) if `kind` is given, older than alert `before` if given, at most `limit` (the
     /// type is chosen before the limit, so many newer alerts of another type cannot hide an
     /// Alarm). In `order`.
+    /// How many alerts of an organisation are open (not acknowledged).
+    pub fn open_alerts_count(&self, org: &str) -> Result<i64> {
+        self.read(|tx| {
+            Ok(tx
+                .prepare_cached("SELECT count(*) FROM alerts WHERE org = ?1 AND acked_ms IS NULL")?
+                .query_row([org], |r| r.get(0))?)
+        })
+    }
+
     pub fn alerts(
         &self,
         org: &str,

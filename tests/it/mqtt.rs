@@ -372,7 +372,14 @@ fn tls_with_passwords_and_with_client_certificates() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = test_dir("mqtt_tls");
     let config = dir.join("config.toml");
-    std::fs::write(&config, BASE_CONFIG).unwrap();
+    // The configuration names the files before they are made: `cert init` makes them all
+    // the same (it does not check the file it reads its folder from).
+    let tls_config = BASE_CONFIG.replace(
+        "[mqtt]\nlisten = \"127.0.0.1:0\"\n",
+        "[mqtt]\nlisten = \"127.0.0.1:0\"\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"certs/server.pem\"\n\
+         tls_key = \"certs/server.key\"\nclient_ca = \"certs/ca.pem\"\nclient_cert_listen = \"127.0.0.1:0\"\n",
+    );
+    std::fs::write(&config, tls_config).unwrap();
     let cli = |args: &[&str]| cli_with_config(&config, args);
     let out = cli(&["cert", "init", "--host", "localhost", "--host", "127.0.0.1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -386,12 +393,6 @@ fn tls_with_passwords_and_with_client_certificates() {
     let mode = std::fs::metadata(dir.join("certs/intercom-7.key")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "private keys are for the owner only");
 
-    let tls_config = BASE_CONFIG.replace(
-        "[mqtt]\nlisten = \"127.0.0.1:0\"\n",
-        "[mqtt]\nlisten = \"127.0.0.1:0\"\ntls_listen = \"127.0.0.1:0\"\ntls_cert = \"certs/server.pem\"\n\
-         tls_key = \"certs/server.key\"\nclient_ca = \"certs/ca.pem\"\nclient_cert_listen = \"127.0.0.1:0\"\n",
-    );
-    std::fs::write(&config, tls_config).unwrap();
     let s = Service::launch(dir.clone(), config.clone(), &[]);
     let port = |key: &str| -> u16 {
         let w = s.ready_line.split_whitespace().find_map(|w| w.strip_prefix(key)).expect(key);

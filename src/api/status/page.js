@@ -71,7 +71,9 @@
     for (const id of [...acking]) if (!alerts.some((a) => a.id === id)) acking.delete(id);
     $('alerts-none').hidden = alerts.length > 0;
     const count = $('alert-count');
-    count.textContent = String(alerts.length);
+    // The snapshot holds the most severe only: say how many are open in all.
+    const total = snap.openalerts ?? alerts.length;
+    count.textContent = total > alerts.length ? alerts.length + ' of ' + total : String(alerts.length);
     count.classList.toggle('hot', alerts.some((a) => a.type === 'Alarm'));
     for (const type of TYPES) {
       const mine = alerts.filter((a) => a.type === type);
@@ -232,14 +234,25 @@
     }
   }
 
+  // The browser retries a stream that broke by itself, but not one refused (a 503 while
+  // every stream is taken, a 401 while a user is disabled): that is retried here, from 2 s
+  // up to every 30 s, until a stream is accepted.
+  let retryMs = 2000;
   function connect() {
     const events = new EventSource('status/events');
     events.addEventListener('snapshot', (e) => {
       setConn(true);
+      retryMs = 2000;
       render(JSON.parse(e.data));
     });
     events.addEventListener('open', () => setConn(true));
-    events.addEventListener('error', () => setConn(false));
+    events.addEventListener('error', () => {
+      setConn(false);
+      if (events.readyState === EventSource.CLOSED) {
+        setTimeout(connect, retryMs);
+        retryMs = Math.min(retryMs * 2, 30000);
+      }
+    });
   }
 
   connect();
