@@ -150,11 +150,13 @@ fn adverts_from_bluez_locate_devices() {
         let v = c.get_json("/locate?searchvalue=ann").json();
         (v["count"] == 1 && v["records"][0]["location"]["zoneid"] == 21).then_some(v)
     });
+    // Its battery, and the tag placed (once heard for a second).
     wait_for("the Eddystone tag's battery", || {
         pump(&mut bus, true);
         let v = c.get_json("/report/battery").json();
         let rec = v["battery"]["records"].as_array()?.iter().find(|r| r["deviceaddress"] == "5/1/23")?.clone();
-        (rec["battery"] == "2.95" && rec["unit"] == "V").then_some(())
+        let placed = c.get_json("/devices/2").json()["device"]["zoneid"] == 21;
+        (rec["battery"] == "2.95" && rec["unit"] == "V" && placed).then_some(())
     });
     let record = &located["records"][0];
     assert_eq!((record["contactid"].as_i64(), record["deviceaddress"].as_str()), (Some(ann), Some("5/1/22")));
