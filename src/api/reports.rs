@@ -49,15 +49,31 @@ impl<'a> Common<'a> {
 
     /// `limit` (default 500, at most 5000) and `offset` (`start` is a date in these reports).
     fn paging(&self) -> Result<(u32, u64), ApiError> {
+        self.paging_by(&["offset"])
+    }
+
+    /// Paging where `start` is no date: a client pages these as it pages record lists, by
+    /// `start` (an offset there) until it has `count` rows; `offset` works too.
+    fn paging_or_start(&self) -> Result<(u32, u64), ApiError> {
+        self.paging_by(&["offset", "start"])
+    }
+
+    fn paging_by(&self, offset_keys: &[&str]) -> Result<(u32, u64), ApiError> {
         let p = self.p();
         let limit =
             p.int_within("limit", 0, i64::from(limits::REPORT_ROWS_MAX), i64::from(limits::REPORT_ROWS_DEFAULT))?
                 as u32;
-        let offset = match p.int("offset")? {
-            None => 0,
-            Some(n) if n >= 0 => n as u64,
-            Some(n) => return Err(ApiError::invalid_parameter("offset", format!("{n} is negative"))),
-        };
+        let mut offset = 0;
+        for key in offset_keys {
+            match p.int(key)? {
+                None => {}
+                Some(n) if n >= 0 => {
+                    offset = n as u64;
+                    break;
+                }
+                Some(n) => return Err(ApiError::invalid_parameter(key, format!("{n} is negative"))),
+            }
+        }
         Ok((limit, offset))
     }
 
@@ -85,8 +101,8 @@ impl<'a> Common<'a> {
             "next7" => DateCondition::OnOrBefore(ahead(7)),
             "next30" => DateCondition::OnOrBefore(ahead(30)),
             "nodate" => DateCondition::NoDate,
-            other => {
-                let (from, to) = date_range(other, "due")?;
+            _ => {
+                let (from, to) = date_range(&due, "due")?;
                 DateCondition::Between(from.to_string(), to.to_string())
             }
         }))
@@ -102,7 +118,17 @@ impl<'a> Common<'a> {
                     .ok_or_else(|| ApiError::invalid_parameter(key, format!("{v:?} is not a date (YYYY-MM-DD)"))),
             }
         };
-        let (start, end) = (date("start", default_start)?, date("end", default_end)?);
+        // One bound given beyond the other's default: the other keeps the default span from
+        // it (a start after the default end ends a span after it; an end before the default
+        // start begins a span before it).
+        let span = default_start.until(default_end).unwrap_or_default();
+        let start = date("start", default_start)?;
+        let end = match p.nonempty("end")? {
+            None if start > default_end => start.checked_add(span).unwrap_or(start),
+            _ => date("end", default_end)?,
+        };
+        let start =
+            if p.nonempty("start")?.is_none() && end < start { end.checked_sub(span).unwrap_or(end) } else { start };
         if start > end {
             return Err(ApiError::invalid_parameter("end", "is before start"));
         }
@@ -112,8 +138,11 @@ impl<'a> Common<'a> {
     /// The half-open range of Unix seconds the dates cover, in the site's time zone.
     fn day_span(&self, start: Date, end: Date) -> (i64, i64) {
         let tz = &self.ctx.app.config.site.timezone;
-        let at = |d: Date| d.to_zoned(tz.clone()).map(|z| z.timestamp().as_second()).unwrap_or(0);
-        (at(start), at(end.checked_add(jiff::Span::new().days(1)).unwrap_or(end)))
+        // A day past what the time library holds (9999-12-31 as "no end") is the end of time,
+        // not the start of it: the range was empty.
+        let at = |d: Date, beyond: i64| d.to_zoned(tz.clone()).map_or(beyond, |z| z.timestamp().as_second());
+        let after_end = end.checked_add(jiff::Span::new().days(1)).ok();
+        (at(start, i64::MIN), after_end.map_or(i64::MAX, |d| at(d, i64::MAX)))
     }
 
     fn itemtypes(&self) -> Result<Vec<i64>, ApiError> {
@@ -259,7 +288,7 @@ fn query(typeids: Vec<i64>, order: ReportOrder, (limit, start): (u32, u64)) -> R
 /// have none.
 pub fn nextactions(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let c = Common::new(ctx)?;
-    let mut q = query(vec![TASK, TASKLIST, 4], ReportOrder::Date, c.paging()?);
+    let mut q = query(vec![TASK, TASKLIST, 4], ReportOrder::Date, c.paging_or_start()?);
     q.open_only = true;
     q.assignee = Some(("assignedto", c.assignee("filter")?));
     q.date = c.due()?;
@@ -271,7 +300,7 @@ pub fn nextactions(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 /// Open follow-ups; `responsible` is the follow-up's assignee.
 pub fn followups(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let c = Common::new(ctx)?;
-    let mut q = query(vec![FOLLOWUP], ReportOrder::Date, c.paging()?);
+    let mut q = query(vec![FOLLOWUP], ReportOrder::Date, c.paging_or_start()?);
     q.open_only = true;
     q.assignee = Some(("assignedto", c.assignee("responsible")?));
     q.date = c.due()?;
@@ -282,7 +311,7 @@ pub fn followups(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
 /// several comma-separated), `due` its closing date.
 pub fn opportunities(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let c = Common::new(ctx)?;
-    let mut q = query(vec![DEAL], ReportOrder::Date, c.paging()?);
+    let mut q = query(vec![DEAL], ReportOrder::Date, c.paging_or_start()?);
     q.assignee = Some(("responsible", c.assignee("filter")?));
     q.date = c.due()?;
     if let Some(v) = c.p().get("status") {

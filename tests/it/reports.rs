@@ -348,6 +348,25 @@ fn activities_report_by_time_user_type_and_record() {
     // The default range is the last 30 days; Ann sees only her company's activity.
     check(&c, "activities", r, &[note_old, list, task_old, note_new, comment]);
     check(&a, "activities", r, &[note_new]);
+    // "No end" as clients write it, and one bound alone.
+    let all = [note_old, list, task_old, note_new, comment];
+    check(&c, "activities", &format!("{r}?start={old_from}&end=9999-12-31"), &all);
+    check(&c, "activities", &format!("{r}?start={old_from}"), &all);
+    check(&c, "activities", &format!("{r}?start={}", day(40)), &[]);
+    check(&c, "activities", &format!("{r}?end={}", day(-40)), &[]);
+    check(&c, "activities", &format!("{r}?end={old_to}&last=created"), &[note_old, list, task_old]);
+    // Paged by `start` as record lists are, in the reports where it is no date.
+    for title in ["A", "B"] {
+        c.create_activity("task", &format!(r#"{{"parent": {list}, "data": {{"title": "{title}"}}}}"#));
+    }
+    let page = |path: &str| {
+        let v = c.get_json(path).json();
+        assert_eq!(v["count"], 2, "{v}");
+        v["nextactions"].as_array().unwrap().iter().map(|e| e["id"].as_i64().unwrap()).collect::<Vec<_>>()
+    };
+    let (first, second) = (page("/report/nextactions?limit=1"), page("/report/nextactions?limit=1&start=1"));
+    assert!(first.len() == 1 && second.len() == 1 && first != second, "{first:?} {second:?}");
+    assert_eq!(page("/report/nextactions?limit=1&offset=1"), second);
     // The comment count of the old note.
     let v = c.get_json(&format!("{r}?types=3&start={old_from}&end={today}")).json();
     let old = v["activities"].as_array().unwrap().iter().find(|e| e["id"] == note_old).unwrap().clone();
