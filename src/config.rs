@@ -910,6 +910,8 @@ mod tests {
         check_err("[mqtt]\nenabled = false\nbridge_url = \"mqtt://127.0.0.1:1884\"\n", "mqtt.bridge_url");
         check_err("[mqtt]\nbridge_password = \"x\"\n", "mqtt.bridge_url");
         check_err("[mqtt]\nbridge_url = \"mqtt://h?x=1\"\n", "mqtt.bridge_url");
+        check_err("[mqtt]\nbridge_url = \"mqtt://h\"\nbridge_prefix = \"site-a\"\n", "mqtt.bridge_prefix");
+        check_err("[mqtt]\nbridge_url = \"mqtt://h\"\nbridge_prefix = \"$SYS/\"\n", "mqtt.bridge_prefix");
         // A CA file must hold a certificate, not merely be readable.
         let junk = std::env::temp_dir().join(format!("sitegate-junk-ca-{}", std::process::id()));
         std::fs::write(&junk, [0x8a, 0x01, 0xff, 0x00, 0x42]).unwrap();

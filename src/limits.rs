@@ -501,6 +501,10 @@ pub const MQTT_BRIDGE_BATCH_MAX: usize = 1_000;
 /// Upstream connections ending in a row with the same message the oldest unacknowledged, after
 /// which that message is dropped (an upstream that refuses it would hold the queue for good).
 pub const MQTT_BRIDGE_REFUSALS_MAX: u32 = 5;
+/// A bridge connection that lasted this long counts as held: when it ends, reconnecting starts
+/// over at 1 s. One shorter keeps the backoff growing (an upstream that takes each connection
+/// away at once, such as another client with the same id, is not hammered).
+pub const MQTT_BRIDGE_CONNECTION_HELD_MS: u64 = 10_000;
 
 /// A reconnecting client waits up to STEPS x STEP_MS for its old session to finish closing.
 /// How often connections to the broker's ports that sent no CONNECT within the handshake

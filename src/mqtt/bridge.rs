@@ -193,20 +193,36 @@ async fn send_upstream(
                 }
             }
         });
+        let began = std::time::Instant::now();
         let outcome = session(&s, &client, &mut events, &store, &queued, &stats, &mut stopped).await;
         poller.abort();
         stats.connected.store(false, Ordering::Relaxed);
         match outcome {
             Session::Stopped => return,
             Session::Failed { why, connected, oldest_unacked } => {
+                // A connection that held a while: the next outage starts over at 1 s (it
+                // waited 30 s after any earlier long outage). One taken away within seconds,
+                // again and again, is most often another client with the same id upstream:
+                // that keeps backing off, and is said.
+                let held = began.elapsed() >= Duration::from_millis(limits::MQTT_BRIDGE_CONNECTION_HELD_MS);
+                if connected && held {
+                    failures = 0;
+                    backoff = Duration::from_secs(1);
+                }
                 // Each outage is said: its first failure and then every 20th (a long outage
                 // is not a log flood).
-                if connected {
-                    failures = 0;
-                }
                 failures += 1;
                 if failures == 1 || failures.is_multiple_of(20) {
-                    log::warn!("mqtt bridge: upstream {}:{} unavailable ({why}); retrying", s.host, s.port);
+                    let hint = if connected && !held {
+                        format!(
+                            " after a connection of {} ms: is another client connected upstream with the client id {:?}? (mqtt.bridge_client_id)",
+                            began.elapsed().as_millis(),
+                            s.client_id
+                        )
+                    } else {
+                        String::new()
+                    };
+                    log::warn!("mqtt bridge: upstream {}:{} unavailable ({why}){hint}; retrying", s.host, s.port);
                 }
                 // A message the upstream refuses (too large for it, say) ends every connection
                 // that sends it, and would hold everything behind it for good: after

@@ -204,6 +204,13 @@ fn resolve_bridge(raw: &RawMqtt, url: &str, relative: &dyn Fn(&str) -> PathBuf) 
     if prefix.contains(['+', '#']) || prefix.len() > 128 {
         return Err(ConfigError::new("mqtt.bridge_prefix", "is up to 128 bytes without + or #"));
     }
+    // Topics are the prefix and then `{org}/...`: without its `/`, "site-a" made "site-aacme/...".
+    if !prefix.is_empty() && !prefix.ends_with('/') {
+        return Err(ConfigError::new("mqtt.bridge_prefix", format!("ends with / (\"{prefix}/\")")));
+    }
+    if prefix.starts_with('$') {
+        return Err(ConfigError::new("mqtt.bridge_prefix", "must not start with $ (the broker's own topics)"));
+    }
     let client_id = match &raw.bridge_client_id {
         Some(id) if !id.is_empty() && id.len() <= 64 => id.clone(),
         Some(_) => return Err(ConfigError::new("mqtt.bridge_client_id", "is 1..64 bytes")),

@@ -134,10 +134,19 @@ impl Store {
             let count: i64 = tx.query_row("SELECT count(*) FROM bridge_queue", [], |r| r.get(0))?;
             let over = count - i64::try_from(rows_max).unwrap_or(i64::MAX);
             if over > 0 {
-                let n = tx.exec(
-                    "DELETE FROM bridge_queue WHERE id IN (SELECT id FROM bridge_queue ORDER BY id LIMIT ?1)",
+                // The oldest data and state messages go first: an alert (a panic button) only
+                // when the queue holds nothing else.
+                let mut n = tx.exec(
+                    "DELETE FROM bridge_queue WHERE id IN
+                         (SELECT id FROM bridge_queue WHERE topic NOT LIKE '%/alert' ORDER BY id LIMIT ?1)",
                     [over],
                 )?;
+                if (n as i64) < over {
+                    n += tx.exec(
+                        "DELETE FROM bridge_queue WHERE id IN (SELECT id FROM bridge_queue ORDER BY id LIMIT ?1)",
+                        [over - n as i64],
+                    )?;
+                }
                 return Ok(n as u64);
             }
             Ok(0)
@@ -169,5 +178,28 @@ impl Store {
 
     pub fn bridge_queued(&self) -> Result<i64> {
         self.read(|tx| Ok(tx.query_row("SELECT count(*) FROM bridge_queue", [], |r| r.get(0))?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A full bridge queue drops its oldest data and state messages, and an alert only when
+    /// it holds nothing else.
+    #[test]
+    fn a_full_bridge_queue_keeps_alerts() {
+        let (dir, store) = super::super::testing::store_with_org("bridge-queue", "o");
+        let msg = |topic: &str| (topic.to_string(), b"{}".to_vec(), false);
+        let queued = [msg("o/1/alert"), msg("o/1/data"), msg("o/1/state"), msg("o/2/data")];
+        assert_eq!(store.bridge_enqueue(&queued, 4).unwrap(), 0);
+        // Two more: the two oldest that are no alerts go.
+        assert_eq!(store.bridge_enqueue(&[msg("o/2/alert"), msg("o/3/data")], 4).unwrap(), 2);
+        let topics = |store: &super::Store| -> Vec<String> {
+            store.bridge_peek(0, 10).unwrap().into_iter().map(|q| q.topic).collect()
+        };
+        assert_eq!(topics(&store), ["o/1/alert", "o/2/data", "o/2/alert", "o/3/data"]);
+        // Only alerts left beyond the bound: the oldest of them goes.
+        assert_eq!(store.bridge_enqueue(&[msg("o/3/alert")], 2).unwrap(), 3);
+        assert_eq!(topics(&store), ["o/2/alert", "o/3/alert"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
