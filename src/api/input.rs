@@ -532,6 +532,10 @@ impl<'a> Params<'a> {
 
     /// A 0/1 flag.
     pub fn flag(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        // JSON true and false are flags (not ids: `int` refuses them).
+        if let Some(Value::Bool(b)) = self.get(key) {
+            return Ok(Some(*b));
+        }
         match self.int(key)? {
             None => Ok(None),
             Some(0) => Ok(Some(false)),
@@ -645,9 +649,11 @@ mod tests {
         assert_eq!(p.int("blank").unwrap(), None);
         assert_eq!(p.int("padded").unwrap(), Some(5));
         assert!(p.int("word").is_err());
-        // JSON true is no id (it was taken as 1).
-        let v = json!({"parent": true, "categories": {"add": [true]}});
+        // JSON true is no id (it was taken as 1), but a flag.
+        let v = json!({"parent": true, "categories": {"add": [true]}, "active": false});
         assert!(Params::new(&v).int("parent").is_err());
+        assert_eq!(Params::new(&v).flag("parent").unwrap(), Some(true));
+        assert_eq!(Params::new(&v).flag("active").unwrap(), Some(false));
         assert!(ids_under(&v["categories"], "categories").is_err());
         assert_eq!(p.nonempty("missing").unwrap(), None);
     }

@@ -334,3 +334,21 @@ fn bodies_with_a_byte_order_mark_or_another_encoding_are_read() {
     }
     assert_eq!(c.list_ids("/contacts").len(), 4);
 }
+
+/// JSON true and false are flags (`flagged`, a hook's `active`), never ids: `true` as a
+/// parent was taken as record 1, someone else's.
+#[test]
+fn json_booleans_are_flags_and_never_ids() {
+    let s = Service::start("json_booleans_are_flags_and_never_ids");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Flag", "flagged": true}"#);
+    assert_eq!(c.get_json(&format!("/contacts/{id}")).json()["item"]["flagged"], "1");
+    c.put_json(&format!("/contacts/{id}"), r#"{"flagged": false}"#).assert_status(200);
+    assert_eq!(c.get_json(&format!("/contacts/{id}")).json()["item"]["flagged"], "");
+    let hook = c.post_json("/hooks", r#"{"event": "items.create", "url": "http://192.0.2.1/in", "active": false}"#);
+    assert_eq!(hook.status, 201, "{}", hook.body);
+    let note = c.post_json("/contacts/note", r#"{"parent": true, "data": {"details": "x"}}"#);
+    assert_eq!(note.status, 400, "{}", note.body);
+    let tag = c.put_json(&format!("/contacts/{id}"), r#"{"categories": {"add": [true]}}"#);
+    assert_eq!(tag.status, 400, "{}", tag.body);
+}
