@@ -111,24 +111,26 @@ impl<'a> Common<'a> {
     /// `start` and `end` dates (inclusive); each defaults as given.
     fn dates(&self, default_start: Date, default_end: Date) -> Result<(Date, Date), ApiError> {
         let p = self.p();
-        let date = |key: &str, default: Date| -> Result<Date, ApiError> {
-            match p.nonempty(key)? {
-                None => Ok(default),
-                Some(v) => timefmt::parse_date(&v)
-                    .ok_or_else(|| ApiError::invalid_parameter(key, format!("{v:?} is not a date (YYYY-MM-DD)"))),
-            }
+        let date = |key: &str| -> Result<Option<Date>, ApiError> {
+            p.nonempty(key)?
+                .map(|v| {
+                    timefmt::parse_date(&v)
+                        .ok_or_else(|| ApiError::invalid_parameter(key, format!("{v:?} is not a date (YYYY-MM-DD)")))
+                })
+                .transpose()
         };
         // One bound given beyond the other's default: the other keeps the default span from
         // it (a start after the default end ends a span after it; an end before the default
         // start begins a span before it).
         let span = default_start.until(default_end).unwrap_or_default();
-        let start = date("start", default_start)?;
-        let end = match p.nonempty("end")? {
-            None if start > default_end => start.checked_add(span).unwrap_or(start),
-            _ => date("end", default_end)?,
+        let (start, end) = match (date("start")?, date("end")?) {
+            (Some(start), Some(end)) => (start, end),
+            (Some(start), None) if start > default_end => (start, start.checked_add(span).unwrap_or(start)),
+            (Some(start), None) => (start, default_end),
+            (None, Some(end)) if end < default_start => (end.checked_sub(span).unwrap_or(end), end),
+            (None, Some(end)) => (default_start, end),
+            (None, None) => (default_start, default_end),
         };
-        let start =
-            if p.nonempty("start")?.is_none() && end < start { end.checked_sub(span).unwrap_or(end) } else { start };
         if start > end {
             return Err(ApiError::invalid_parameter("end", "is before start"));
         }

@@ -732,6 +732,11 @@ mod tests {
 
     /// Two zones (1 and 2) with a receiver each, "a" and "b"; a third zone with "c".
     fn site() -> Site {
+        three_zones(&[rx("a", 1), rx("b", 2), rx("c", 3)])
+    }
+
+    /// Zones 1, 2 and 3 with these receivers.
+    fn three_zones(receivers: &[RawReceiver]) -> Site {
         let zone = |id: i64| RawZone {
             id,
             name: format!("Z{id}"),
@@ -740,7 +745,7 @@ mod tests {
             adjacent: Vec::new(),
             fingerprints: Vec::new(),
         };
-        site_of(&[zone(1), zone(2), zone(3)], &[rx("a", 1), rx("b", 2), rx("c", 3)])
+        site_of(&[zone(1), zone(2), zone(3)], receivers)
     }
 
     fn decisions(out: &[Output]) -> Vec<(i64, &'static str, usize)> {
@@ -962,15 +967,7 @@ mod tests {
         let mut out = Vec::new();
         feed(&mut old, &mut out, 0, 10_000, [-60, -127, -127]);
         assert_eq!(decisions(&out), [(ARRIVAL_SETTLE_MS, "enter", 0)]);
-        let zone = |id: i64| RawZone {
-            id,
-            name: format!("Z{id}"),
-            floor: 1,
-            transit: false,
-            adjacent: Vec::new(),
-            fingerprints: Vec::new(),
-        };
-        let moved = site_of(&[zone(1), zone(2), zone(3)], &[rx("a", 2), rx("b", 2), rx("c", 3)]);
+        let moved = three_zones(&[rx("a", 2), rx("b", 2), rx("c", 3)]);
         let mut e = Engine::new(&moved, EngineSettings::default());
         let same = [Some(0), Some(1), Some(2)];
         assert_eq!(e.carry(&old, &same, &same), [(0, 0)]);

@@ -553,20 +553,24 @@ mod tests {
     use crate::location::beacon::{BeaconId, Mac};
     use crate::location::devices::Device;
 
-    /// A device the start keeps in its zone whose stored state is `offline` (the last run
-    /// stopped between the write that placed it and the one that stored its state) is
-    /// published and stored online: it enters no zone, so nothing else would.
-    #[test]
-    fn a_device_kept_in_its_zone_with_its_state_stored_offline_comes_online() {
-        let (dir, store) = crate::store::testing::store_with_org("feed-kept", "o");
-        let device = |n: u8| Device {
+    /// Device `n`: address 1/1/n, deviceid 1.1.n, heard by its MAC.
+    fn device(n: u8) -> Device {
+        Device {
             deviceaddress: format!("1/1/{n}"),
             deviceid: format!("1.1.{n}"),
             label: String::new(),
             tagtype: None,
             beacon: BeaconId::Mac(Mac([0, 0, 0, 0, 0, n])),
             contactid: None,
-        };
+        }
+    }
+
+    /// A device the start keeps in its zone whose stored state is `offline` (the last run
+    /// stopped between the write that placed it and the one that stored its state) is
+    /// published and stored online: it enters no zone, so nothing else would.
+    #[test]
+    fn a_device_kept_in_its_zone_with_its_state_stored_offline_comes_online() {
+        let (dir, store) = crate::store::testing::store_with_org("feed-kept", "o");
         let kept = store.create_device("o", &device(1)).unwrap().id;
         let away = store.create_device("o", &device(2)).unwrap().id;
         store.set_device_states(&[(kept, STATE_OFFLINE, 1_000), (away, STATE_OFFLINE, 1_000)]).unwrap();
@@ -595,14 +599,6 @@ mod tests {
     #[test]
     fn a_start_gives_an_acknowledged_alarms_state_way() {
         let (dir, store) = crate::store::testing::store_with_org("feed-acked", "o");
-        let device = |n: u8| Device {
-            deviceaddress: format!("1/1/{n}"),
-            deviceid: format!("1.1.{n}"),
-            label: String::new(),
-            tagtype: None,
-            beacon: BeaconId::Mac(Mac([0, 0, 0, 0, 0, n])),
-            contactid: None,
-        };
         let (acked, open) =
             (store.create_device("o", &device(1)).unwrap().id, store.create_device("o", &device(2)).unwrap().id);
         let alarm = |device_id| crate::store::NewAlert {
@@ -644,15 +640,7 @@ mod tests {
     #[test]
     fn a_data_message_carries_the_battery_reported_with_it() {
         let (dir, store) = crate::store::testing::store_with_org("feed-battery", "o");
-        let device = Device {
-            deviceaddress: "1/1/1".into(),
-            deviceid: "1.1.1".into(),
-            label: String::new(),
-            tagtype: None,
-            beacon: BeaconId::Mac(Mac([0, 0, 0, 0, 0, 1])),
-            contactid: None,
-        };
-        let id = store.create_device("o", &device).unwrap().id;
+        let id = store.create_device("o", &device(1)).unwrap().id;
         let (tx, mut rx) = tokio::sync::mpsc::channel(100);
         let mut feed = Feed::new(tx, jiff::tz::TimeZone::UTC, Arc::new(BrokerStats::default()));
         feed.set_devices(&store, &store.devices(None).unwrap());
