@@ -563,22 +563,38 @@ fn reload_site(config: &Config, app: &App, location: &crate::location::service::
             );
         }
         Ok(new) => {
-            {
+            let changed = {
                 let mut state = app.site.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-                state.site = Arc::clone(&new.site_map);
-                state.engine = new.location.engine.clone();
-                state.rules = Arc::clone(&new.alert_rules);
+                let changed = *state.site != *new.site_map
+                    || state.engine != new.location.engine
+                    || *state.rules != *new.alert_rules;
+                if changed {
+                    state.site = Arc::clone(&new.site_map);
+                    state.engine = new.location.engine.clone();
+                    state.rules = Arc::clone(&new.alert_rules);
+                }
+                changed
+            };
+            if changed {
+                // The engine starts over from the new map (each device kept in its zone where
+                // that zone is still on it): only when something it reads changed.
+                location.site_changed();
+                if let Some(ingest) = app.ingest.get() {
+                    *ingest.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        receiver_ids(&new.site_map);
+                }
+                log::info!(
+                    "SIGHUP: site map reloaded from {} ({} zones, {} receivers)",
+                    path.display(),
+                    new.site_map.zones.len(),
+                    new.site_map.receivers.len()
+                );
+            } else {
+                log::info!(
+                    "SIGHUP: {}: the site map, the zone engine's settings and the alert rules are unchanged",
+                    path.display()
+                );
             }
-            location.site_changed();
-            if let Some(ingest) = app.ingest.get() {
-                *ingest.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = receiver_ids(&new.site_map);
-            }
-            log::info!(
-                "SIGHUP: site map reloaded from {} ({} zones, {} receivers)",
-                path.display(),
-                new.site_map.zones.len(),
-                new.site_map.receivers.len()
-            );
             let later = changed_for_restart(config, &new);
             if !later.is_empty() {
                 log::warn!(

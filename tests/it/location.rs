@@ -273,9 +273,15 @@ fn sighup_reloads_the_site_map() {
     hup(&s);
     wait_for("the refusal of an empty file", || s.stderr().contains("it has no zones").then_some(()));
     assert_eq!(title(&c), "Staff badge");
+    // The same file again changes nothing, and says so: the engine goes on as it was.
+    std::fs::write(&s.config, &config).unwrap();
+    hup(&s);
+    wait_for("the unchanged reload", || s.stderr().contains("alert rules are unchanged").then_some(()));
+    assert!(!s.stderr().contains("location: the site map changed"), "{}", s.stderr());
     std::fs::write(&s.config, config.replace("Staff badge", "Employee badge")).unwrap();
     hup(&s);
     wait_for("the new tag type title", || (title(&c) == "Employee badge").then_some(()));
+    wait_for("the engine started over", || s.stderr().contains("location: the site map changed").then_some(()));
     assert!(!s.stderr().contains("take effect at the next restart"), "{}", s.stderr());
     // Settings a reload does not put in force are named in the log.
     let later = format!(
