@@ -425,18 +425,7 @@ impl App {
             return render_error(format, ApiError::method_not_allowed(&["GET"]), quota);
         }
         let uptime = i64::try_from(self.metrics.uptime_secs()).unwrap_or(i64::MAX);
-        let ping = self.store.ping().and_then(|()| match self.store.moved() {
-            Some(why) => Err(crate::store::StoreError::Moved(why)),
-            None => Ok(()),
-        });
-        let ping = ping.and_then(|()| match self.store.full_since() {
-            Some(t) => Err(crate::store::StoreError::StorageFull(format!(
-                "writes fail since {}",
-                crate::timefmt::local_ms(t.saturating_mul(1000), &self.config.site.timezone)
-            ))),
-            None => Ok(()),
-        });
-        match ping {
+        match self.storage_check() {
             Ok(()) => {
                 let (pending, failed, paused) = self.store.delivery_summary().unwrap_or((0, 0, 0));
                 let doc = Out::map()
@@ -456,6 +445,22 @@ impl App {
                 render_reply(format, Reply::ok(doc), quota)
             }
             Err(e) => render_error(format, ApiError::unavailable(&e.to_string()), quota),
+        }
+    }
+
+    /// Whether the database answers and takes writes: not when a read fails, when its file
+    /// was moved away, or while writes fail for a full disk (`/health` and the status page).
+    pub fn storage_check(&self) -> Result<(), crate::store::StoreError> {
+        self.store.ping()?;
+        if let Some(why) = self.store.moved() {
+            return Err(crate::store::StoreError::Moved(why));
+        }
+        match self.store.full_since() {
+            Some(t) => Err(crate::store::StoreError::StorageFull(format!(
+                "writes fail since {}",
+                crate::timefmt::local_ms(t.saturating_mul(1000), &self.config.site.timezone)
+            ))),
+            None => Ok(()),
         }
     }
 

@@ -201,6 +201,15 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
                 .with("paused", Out::Int(paused)),
         )
         .with("databasebytes", Out::Int(i64::try_from(app.store.size_bytes()).unwrap_or(i64::MAX)))
+        .with("storage", Out::text(app.storage_check().err().map(|e| e.to_string()).unwrap_or_default()))
+        .with(
+            "diskfreebytes",
+            Out::Int(app.store.disk_free_bytes().map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX))),
+        )
+        .with(
+            "disklow",
+            Out::Int(i64::from(app.store.disk_free_bytes().is_some_and(|b| b < crate::limits::DISK_FREE_LOW_BYTES))),
+        )
         .with("mqttconnections", Out::Int(app.mqtt.connections.load(std::sync::atomic::Ordering::Relaxed)));
 
     Ok(Out::map()

@@ -101,6 +101,8 @@ fn the_status_page_shows_a_badge_entering_a_zone_and_alerts_an_operator_acknowle
     let user = s.admin.email.replace('@', "%40");
     rt.block_on(browser.goto(&format!("http://{user}:{}@{}/", s.admin.token, s.addr))).expect("open the page");
     eventually(&rt, "a live connection", async || text_of(&browser, "#conn").await.filter(|t| t == "Live"));
+    let storage = eventually(&rt, "the storage row", async || text_of(&browser, "[data-health=\"Storage\"]").await);
+    assert!(storage.starts_with("ok · ") && storage.ends_with(" free"), "{storage}");
     let empty = eventually(&rt, "the office zone", async || text_of(&browser, "[data-zone=\"22\"]").await);
     assert!(empty.contains("Office") && empty.contains("empty"), "{empty}");
 

@@ -169,6 +169,25 @@ fn events_stream_snapshots_without_holding_a_worker() {
 
 /// At most 32 status pages at once, at most four of them one user's (one user of any
 /// organisation held all 32 and locked everyone else out).
+/// The page's health says when the database takes no writes (its folder moved away here; a
+/// full disk does the same), as `/health` does, and when it takes them again.
+#[test]
+fn the_page_shows_when_the_database_takes_no_writes() {
+    let s = Service::start("the_page_shows_when_the_database_takes_no_writes");
+    let mut events = Events::open(s.addr, &basic(&s.admin.email, &s.admin.token));
+    let snap = events.next_where("a first snapshot", |_| true);
+    assert_eq!(snap["health"]["storage"], "", "{snap}");
+    assert!(snap["health"]["diskfreebytes"].as_i64().unwrap() > 0, "{snap}");
+    assert!(snap["health"]["disklow"] == 0 || snap["health"]["disklow"] == 1, "{snap}");
+    std::fs::rename(s.dir.join("data"), s.dir.join("data.moved")).unwrap();
+    let snap = events.next_where("the storage problem", |v| v["health"]["storage"] != "");
+    let storage = snap["health"]["storage"].as_str().unwrap();
+    assert!(storage.contains("sitegate.db"), "{storage}");
+    assert_eq!(s.anonymous().get_json("/health").status, 503);
+    std::fs::rename(s.dir.join("data.moved"), s.dir.join("data")).unwrap();
+    events.next_where("the storage back", |v| v["health"]["storage"] == "");
+}
+
 #[test]
 fn open_pages_are_bounded() {
     let s = Service::start("open_pages_are_bounded");

@@ -188,6 +188,8 @@
     row('Webhooks', w.pending + ' pending · ' + w.failed + ' failed' + (w.paused ? ' · ' + w.paused + ' paused' : ''), w.failed > 0 || w.paused > 0);
     row('MQTT clients', String(h.mqttconnections));
     row('Database', bytes(h.databasebytes));
+    const free = h.diskfreebytes >= 0 ? bytes(h.diskfreebytes) + ' free' : '';
+    row('Storage', [h.storage || 'ok', free].filter(Boolean).join(' · '), h.storage !== '' || h.disklow === 1);
     row('Uptime', duration(h.uptimes));
     row('Version', h.version);
   }
