@@ -100,6 +100,17 @@ impl ApiError {
         e
     }
 
+    /// A file asked for by a byte range that lies past its end (RFC 9110 15.5.17).
+    pub fn range_not_satisfiable(length_bytes: usize) -> ApiError {
+        let mut e = ApiError::new(
+            416,
+            "rangenotsatisfiable",
+            format!("The range asked for lies past the end of the file ({length_bytes} bytes)"),
+        );
+        e.headers.push(("Content-Range", format!("bytes */{length_bytes}").into()));
+        e
+    }
+
     pub fn request_timeout() -> ApiError {
         ApiError::new(408, "requesttimeout", "The request body did not arrive in time")
     }

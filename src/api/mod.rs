@@ -410,7 +410,7 @@ impl App {
         })();
         match result {
             Ok(Answer::Doc(reply)) => render_reply(&format, reply, quota_value),
-            Ok(Answer::File(file)) => render_download(file, quota_value),
+            Ok(Answer::File(file)) => render_download(&format, file, &req.headers, quota_value),
             Ok(Answer::Page(content_type, body)) => render_page(content_type, body, quota_value),
             Err(err) => render_error(&format, err, quota_value),
         }
@@ -972,7 +972,31 @@ fn render_page(content_type: &'static str, body: &'static str, quota_value: Stri
     }
 }
 
-fn render_download(file: Download, quota_value: String) -> Response {
+/// A stored file: whole (200), or the one byte range a `Range` header asks for (206; a client
+/// resuming a download). A range past the end is 416; a header that does not parse, several
+/// ranges, or an `If-Range` (the file has no validators to compare) get the whole file, as
+/// RFC 9110 allows.
+fn render_download(format: &Format, file: Download, request: &HeaderMap, quota_value: String) -> Response {
+    let len = file.content.len();
+    let mut part = None;
+    if let Some(range) = request.get(http::header::RANGE).and_then(|v| v.to_str().ok())
+        && !request.contains_key(http::header::IF_RANGE)
+        && let Ok(parsed) = http_range_header::parse_range_header(range)
+    {
+        match parsed.validate(len as u64) {
+            Ok(ranges) if ranges.len() == 1 => {
+                let (start, end) = (*ranges[0].start(), *ranges[0].end());
+                // Both within the file: validate() keeps them below its length.
+                if let (Ok(s), Ok(e)) = (usize::try_from(start), usize::try_from(end)) {
+                    part = Some((s, e));
+                }
+            }
+            Err(http_range_header::RangeUnsatisfiableError::Unsatisfiable) => {
+                return render_error(format, ApiError::range_not_satisfiable(len), quota_value);
+            }
+            _ => {}
+        }
+    }
     // The name as a plain-ASCII fallback and in RFC 5987 form for everything else.
     let ascii: String = file
         .name
@@ -980,15 +1004,22 @@ fn render_download(file: Download, quota_value: String) -> Response {
         .map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' })
         .collect();
     let encoded = percent_encoding::utf8_percent_encode(&file.name, percent_encoding::NON_ALPHANUMERIC).to_string();
-    Response {
-        status: 200,
-        headers: vec![
-            ("Content-Type", file.content_type.into()),
-            ("Content-Disposition", format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}").into()),
-            ("X-Content-Type-Options", "nosniff".into()),
-            (QUOTA_HEADER, quota_value.into()),
-        ],
-        body: file.content,
+    let mut headers = vec![
+        ("Content-Type", file.content_type.into()),
+        ("Content-Disposition", format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}").into()),
+        ("Accept-Ranges", "bytes".into()),
+        ("X-Content-Type-Options", "nosniff".into()),
+        (QUOTA_HEADER, quota_value.into()),
+    ];
+    match part {
+        Some((start, end)) => {
+            headers.push(("Content-Range", format!("bytes {start}-{end}/{len}").into()));
+            let mut body = file.content;
+            body.truncate(end + 1);
+            body.drain(..start);
+            Response { status: 206, headers, body }
+        }
+        None => Response { status: 200, headers, body: file.content },
     }
 }
 

@@ -141,16 +141,30 @@ fn files_follow_record_access_and_limits() {
 
 /// Status, body and Content-Disposition of a download.
 fn download_bytes(s: &Service, who: &crate::support::Account, path: &str) -> (u16, Vec<u8>, String) {
+    let (status, body, headers) = download_with(s, who, path, "");
+    let disposition = headers.get("content-disposition").cloned().unwrap_or_default();
+    (status, body, disposition)
+}
+
+/// A download with `extra` header lines (each ending in CRLF): the status, the body and the
+/// headers by lower-cased name.
+fn download_with(
+    s: &Service,
+    who: &crate::support::Account,
+    path: &str,
+    extra: &str,
+) -> (u16, Vec<u8>, std::collections::HashMap<String, String>) {
     use std::io::{BufRead, BufReader, Read, Write};
     let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
     let auth = crate::support::basic(&who.email, &who.token);
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n{extra}Connection: close\r\n\r\n")
+        .unwrap();
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
     let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let (mut length, mut disposition) = (0usize, String::new());
+    let mut headers = std::collections::HashMap::new();
     loop {
         let mut h = String::new();
         reader.read_line(&mut h).unwrap();
@@ -159,16 +173,56 @@ fn download_bytes(s: &Service, who: &crate::support::Account, path: &str) -> (u1
             break;
         }
         let (k, v) = h.split_once(':').unwrap();
-        if k.eq_ignore_ascii_case("content-length") {
-            length = v.trim().parse().unwrap();
-        }
-        if k.eq_ignore_ascii_case("content-disposition") {
-            disposition = v.trim().to_string();
-        }
+        headers.insert(k.to_ascii_lowercase(), v.trim().to_string());
     }
+    let length: usize = headers["content-length"].parse().unwrap();
     let mut body = vec![0u8; length];
     reader.read_exact(&mut body).unwrap();
-    (status, body, disposition)
+    (status, body, headers)
+}
+
+/// A download resumed or read in part: one byte range answers 206 with that range; a range
+/// past the end 416 in the API's error shape; several ranges, an `If-Range` or a header that
+/// does not parse get the whole file.
+#[test]
+fn a_file_is_served_by_byte_range() {
+    let s = Service::start("a_file_is_served_by_byte_range");
+    let c = s.admin_client();
+    let contact = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    let content = awkward_bytes(100_000);
+    let (ct, body) =
+        multipart(&[("parent", &contact.to_string())], Some(("data[file]", "plan.pdf", "application/pdf", &content)));
+    let r = c.call(Req::new("POST", "/contacts/file").body(&ct, body).json());
+    assert_eq!(r.status, 201, "{}", r.body);
+    let path = format!("/contacts/file/{}/file", r.json()["id"].as_i64().unwrap());
+    let whole = download_with(&s, &s.admin, &path, "");
+    assert_eq!((whole.0, whole.1.len()), (200, content.len()));
+    assert_eq!(whole.2["accept-ranges"], "bytes");
+    for (range, from, to) in [("bytes=10-19", 10, 20), ("bytes=-5", 99_995, 100_000), ("bytes=99990-", 99_990, 100_000)]
+    {
+        let (status, body, headers) = download_with(&s, &s.admin, &path, &format!("Range: {range}\r\n"));
+        assert_eq!(status, 206, "{range}");
+        assert!(body == content[from..to], "{range}: other bytes");
+        assert_eq!(headers["content-range"], format!("bytes {from}-{}/100000", to - 1), "{range}");
+        assert_eq!(headers["content-type"], "application/pdf");
+    }
+    // Past the end: an end beyond it is cut to it, a start beyond it is refused.
+    let (status, body, _) = download_with(&s, &s.admin, &path, "Range: bytes=99999-200000\r\n");
+    assert_eq!((status, body.as_slice()), (206, &content[99_999..]));
+    let (status, body, headers) = download_with(&s, &s.admin, &path, "Range: bytes=100000-\r\n");
+    assert_eq!(status, 416);
+    assert_eq!(headers["content-range"], "bytes */100000");
+    let body = String::from_utf8(body).unwrap();
+    assert!(body.contains("<rangenotsatisfiable>") && body.contains("<status>failed</status>"), "{body}");
+    for extra in [
+        "Range: bytes=0-1,5-6\r\n",
+        "Range: bytes=abc\r\n",
+        "Range: lines=1-2\r\n",
+        "Range: bytes=0-9\r\nIf-Range: x\r\n",
+    ] {
+        let (status, body, _) = download_with(&s, &s.admin, &path, extra);
+        assert_eq!((status, body.len()), (200, content.len()), "{extra}");
+    }
 }
 
 /// A large upload grows the database's write-ahead log; once it is checkpointed the next
