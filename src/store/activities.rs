@@ -113,9 +113,20 @@ fn check_parent(kind: ActivityType, parent: &Node) -> Result<()> {
     }
 }
 
-fn check_principals(tx: &Connection, viewer: &Viewer, kind: ActivityType, fields: &FieldValues) -> Result<()> {
+/// The user and group fields (`assignedto`, `responsible`, `person`) must name a user or group
+/// of the organisation that is not deleted, unless the value is the one the activity already
+/// holds (`current`): a client sending back what it read can save an activity whose assignee
+/// was deleted since.
+fn check_principals(
+    tx: &Connection,
+    viewer: &Viewer,
+    kind: ActivityType,
+    fields: &FieldValues,
+    current: Option<&FieldValues>,
+) -> Result<()> {
     for f in kind.fields().iter().filter(|f| f.kind == Kind::Principal) {
-        if let Some(v) = fields.get(f.name).filter(|v| !v.is_empty()) {
+        let unchanged = |v: &String| current.and_then(|c| c.get(f.name)) == Some(v);
+        if let Some(v) = fields.get(f.name).filter(|v| !v.is_empty() && !unchanged(v)) {
             let id: i64 = v.parse().map_err(|_| StoreError::BadReference(format!("{} {v} is not an id", f.name)))?;
             if principal_kind(tx, &viewer.org, id)?.is_none() {
                 return Err(StoreError::BadReference(format!("{} {id} is not a user or group id", f.name)));
@@ -181,7 +192,7 @@ impl Store {
             let parent = load_node(tx, viewer, new.parent)?;
             check_parent(new.kind, &parent)?;
             check_one_per_parent(tx, new.kind, parent.id)?;
-            check_principals(tx, viewer, new.kind, &new.fields)?;
+            check_principals(tx, viewer, new.kind, &new.fields, None)?;
             let position = position_for(tx, parent.id, new.place, None)?;
             let now = now_secs();
             let title = new.kind.title(&new.fields);
@@ -233,8 +244,8 @@ impl Store {
                 .prepare_cached("SELECT parent, fields FROM items WHERE id = ?1")?
                 .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
             let mut fields = parse_fields(&fields_text);
+            check_principals(tx, viewer, kind, &changes.fields, Some(&fields))?;
             merge_fields(&mut fields, &changes.fields);
-            check_principals(tx, viewer, kind, &changes.fields)?;
 
             let mut parent_id = current_parent;
             let mut record_id = node.record_id;

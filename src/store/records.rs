@@ -254,8 +254,8 @@ impl Store {
         let ownership = match new.ownership {
             Some(o) => o,
             // Without private records the default is the user's group, if they have one
-            // only; with several the caller must choose.
-            None if viewer.prevent_private && !viewer.admin => match viewer.groups[..] {
+            // only (an administrator's too); with several the caller must choose.
+            None if viewer.prevent_private => match viewer.groups[..] {
                 [group] => group,
                 _ => {
                     return Err(StoreError::Forbidden(
@@ -266,7 +266,7 @@ impl Store {
             None => viewer.user_id,
         };
         check_ownership(tx, viewer, ownership)?;
-        check_principal_fields(tx, viewer, &new.fields)?;
+        check_principal_fields(tx, viewer, &new.fields, None)?;
         let now = now_secs();
         let name = new.record_type.display_name(&new.fields);
         tx.exec(
@@ -309,7 +309,7 @@ impl Store {
             let current = load_record(tx, viewer, record_type, id)?;
             let mut fields = current.fields.clone();
             merge_fields(&mut fields, &changes.fields);
-            check_principal_fields(tx, viewer, &changes.fields)?;
+            check_principal_fields(tx, viewer, &changes.fields, Some(&current.fields))?;
             let ownership = match changes.ownership {
                 Some(o) if o != current.ownership => {
                     check_ownership(tx, viewer, o)?;
@@ -1027,9 +1027,17 @@ fn check_ownership(tx: &Connection, viewer: &Viewer, ownership: i64) -> Result<(
     }
 }
 
-/// `assignedto` values must name a live user or group of the organisation.
-fn check_principal_fields(tx: &Connection, viewer: &Viewer, fields: &FieldValues) -> Result<()> {
-    if let Some(v) = fields.get("assignedto").filter(|v| !v.is_empty()) {
+/// An `assignedto` must name a user or group of the organisation that is not deleted, unless
+/// it is the value the record already holds: a client that sends back what it read (an edit
+/// form) can still save a record whose assignee was deleted since.
+fn check_principal_fields(
+    tx: &Connection,
+    viewer: &Viewer,
+    fields: &FieldValues,
+    current: Option<&FieldValues>,
+) -> Result<()> {
+    let unchanged = |v: &String| current.and_then(|c| c.get("assignedto")) == Some(v);
+    if let Some(v) = fields.get("assignedto").filter(|v| !v.is_empty() && !unchanged(v)) {
         let id: i64 = v.parse().map_err(|_| StoreError::BadReference(format!("assignedto {v} is not an id")))?;
         if principal_kind(tx, &viewer.org, id)?.is_none() {
             return Err(StoreError::BadReference(format!("assignedto {id} is not a user or group id")));

@@ -161,9 +161,49 @@ fn users_without_private_data_must_share() {
     assert_eq!(r.status, 403, "{}", r.body);
     assert!(r.body.contains("give one of their groups"), "{}", r.body);
     c.post_json("/contacts", &format!(r#"{{"firstname": "y", "ownership": {other}}}"#)).assert_status(201);
+    // An administrator without private records and with one group gets it too.
+    let ada = s.add_user("ada@acme.test", "Ada", &["--admin", "--prevent-private-data", "--group", &team.to_string()]);
+    let r = s.client(&ada).post_json("/contacts", r#"{"firstname": "w"}"#);
+    assert_eq!((r.status, r.json()["item"]["ownership"].as_i64()), (201, Some(team)), "{}", r.body);
     let me = s.admin_client().get_json("/ownership").json();
     let pat_entry = me["users"].as_array().unwrap().iter().find(|u| u["email"] == "pat@acme.test").unwrap().clone();
     assert_eq!(pat_entry["preventprivatedata"], 1);
+}
+
+/// A record and a follow-up assigned to a user who is deleted since can still be saved with the
+/// values they hold (a client sending back what it read); a deleted user is still refused as
+/// a new assignee.
+#[test]
+fn an_assignee_deleted_since_does_not_block_saving_what_was_read() {
+    let s = Service::start("an_assignee_deleted_since_does_not_block_saving_what_was_read");
+    s.add_user("gone@acme.test", "Gone", &[]);
+    let gone = user_id(&s, "gone@acme.test");
+    let c = s.admin_client();
+    let contact = c.create("contacts", &format!(r#"{{"firstname": "Assigned", "assignedto": {gone}}}"#));
+    let task = c.create_activity(
+        "followup",
+        &format!(r#"{{"parent": {contact}, "data": {{"details": "Call", "assignedto": {gone}}}}}"#),
+    );
+    let out = s.cli(&["user", "delete", "--email", "gone@acme.test"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read = c.get_json(&format!("/contacts/{contact}")).json();
+    let mut fields = read["item"]["fields"].clone();
+    for audit in ["creatorid", "creatorname", "creatordate", "modificatorid", "modificatorname", "modificatordate"] {
+        fields.as_object_mut().unwrap().remove(audit);
+    }
+    fields["jobtitle"] = "Engineer".into();
+    assert_eq!(fields["assignedto"], gone.to_string());
+    c.put_json(&format!("/contacts/{contact}"), &fields.to_string()).assert_status(200);
+    let body = format!(r#"{{"data": {{"details": "Call back", "assignedto": "{gone}"}}}}"#);
+    c.put_json(&format!("/contacts/followup/{task}"), &body).assert_status(200);
+    // A new assignee must still be someone.
+    let other = c.create("contacts", r#"{"firstname": "Other"}"#);
+    let r = c.put_json(&format!("/contacts/{other}"), &format!(r#"{{"assignedto": {gone}}}"#));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("invalidreference"), "{}", r.body);
+    let second = c.create_activity("followup", &format!(r#"{{"parent": {contact}, "data": {{"details": "Other"}}}}"#));
+    let r = c.put_json(&format!("/contacts/followup/{second}"), &format!(r#"{{"data": {{"assignedto": {gone}}}}}"#));
+    assert_eq!(r.status, 400, "{}", r.body);
 }
 
 /// A user's id, from the ownership list.
