@@ -530,6 +530,16 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// A page size: `lo` or more, cut to `hi` (a client asking for everything it counted gets
+    /// the largest page, as the deployed service answers it, and pages on by `count`).
+    pub fn page_size(&self, key: &str, lo: i64, hi: i64, default: i64) -> Result<i64, ApiError> {
+        match self.int(key)? {
+            None => Ok(default),
+            Some(n) if n >= lo => Ok(n.min(hi)),
+            Some(n) => Err(ApiError::invalid_parameter(key, format!("{n} is below {lo}"))),
+        }
+    }
+
     /// A 0/1 flag.
     pub fn flag(&self, key: &str) -> Result<Option<bool>, ApiError> {
         // JSON true and false are flags (not ids: `int` refuses them).

@@ -112,19 +112,26 @@ pub enum Format {
 }
 
 impl Format {
-    /// JSONP when a `callback` query parameter survives sanitising (letters, digits, `_` and
-    /// `$`, not starting with a digit: a JavaScript name), JSON when `Accept` (or the misspelt
-    /// `Accepts`) asks for it, else XML.
+    /// JSONP when a `callback` query parameter survives sanitising (JavaScript names of
+    /// letters, digits, `_` and `$`, not starting with a digit, joined by dots as namespaced
+    /// callbacks are: `jQuery.cb_1`, `angular.callbacks._0`), JSON when `Accept` (or the
+    /// misspelt `Accepts`) asks for it, else XML.
     pub fn negotiate(headers: &HeaderMap, query: &Value) -> Format {
         if let Some(cb) = query.get("callback").and_then(input::scalar_text) {
-            let clean: String = cb
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$'))
-                .skip_while(char::is_ascii_digit)
-                .take(limits::JSONP_CALLBACK_CHARS_MAX)
+            let parts: Vec<String> = cb
+                .split('.')
+                .map(|part| {
+                    part.chars()
+                        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$'))
+                        .skip_while(char::is_ascii_digit)
+                        .collect::<String>()
+                })
+                .filter(|part| !part.is_empty())
                 .collect();
+            let clean: String = parts.join(".").chars().take(limits::JSONP_CALLBACK_CHARS_MAX).collect();
+            let clean = clean.trim_end_matches('.');
             if !clean.is_empty() {
-                return Format::Jsonp(clean);
+                return Format::Jsonp(clean.to_string());
             }
         }
         let wants_json = ["accept", "accepts"].iter().any(|name| {

@@ -196,8 +196,18 @@ fn record_input(ctx: &Ctx<'_>, rt: RecordType, body: &Value) -> Result<RecordCha
                     .map_err(|_| ApiError::invalid_value("ownership", "must be a user or group id"))?;
             }
             "flagged" => {
-                changes.flagged =
-                    params.flag("flagged").map_err(|_| ApiError::invalid_value("flagged", "must be 0 or 1"))?;
+                // Empty is how Show writes "not flagged" (`<flagged/>`, `""`): a client sending
+                // back what it read, or its false as it saw it, unflags.
+                let empty = match value {
+                    Value::Null => true,
+                    Value::String(t) => model::trim_blank(t).is_empty(),
+                    _ => false,
+                };
+                changes.flagged = if empty {
+                    Some(false)
+                } else {
+                    params.flag("flagged").map_err(|_| ApiError::invalid_value("flagged", "must be 0 or 1"))?
+                };
             }
             "categories" => {
                 let (add, remove) = add_remove(value, "categories")?;
@@ -361,7 +371,7 @@ fn list_query(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<(ListQuer
 
     // paging
     let limit =
-        p.int_within("limit", 0, i64::from(limits::LIST_LIMIT_MAX), i64::from(limits::LIST_LIMIT_DEFAULT))? as u32;
+        p.page_size("limit", 0, i64::from(limits::LIST_LIMIT_MAX), i64::from(limits::LIST_LIMIT_DEFAULT))? as u32;
     let start = match p.int("start")? {
         None => 0,
         Some(n) if n >= 0 => n as u64,

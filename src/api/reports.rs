@@ -61,8 +61,7 @@ impl<'a> Common<'a> {
     fn paging_by(&self, offset_keys: &[&str]) -> Result<(u32, u64), ApiError> {
         let p = self.p();
         let limit =
-            p.int_within("limit", 0, i64::from(limits::REPORT_ROWS_MAX), i64::from(limits::REPORT_ROWS_DEFAULT))?
-                as u32;
+            p.page_size("limit", 0, i64::from(limits::REPORT_ROWS_MAX), i64::from(limits::REPORT_ROWS_DEFAULT))? as u32;
         let mut offset = 0;
         for key in offset_keys {
             match p.int(key)? {
@@ -470,12 +469,14 @@ pub fn timetracking(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     Ok(c.doc("timerecords", "timerecord", entries, count))
 }
 
-/// Tasks, follow-ups and events with a date from `start` through `end`, done or not.
+/// Tasks, follow-ups and events with a date from `start` through `end`, done or not. `filter`
+/// is the assignee, as in nextactions and followups (0: none).
 pub fn calendar(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
     let c = Common::new(ctx)?;
     let today = c.today();
     let (start, end) = c.dates(today, today.checked_add(jiff::Span::new().days(30)).unwrap_or(today))?;
     let mut q = query(vec![TASK, FOLLOWUP, 4], ReportOrder::Date, c.paging()?);
+    q.assignee = Some(("assignedto", c.assignee("filter")?));
     q.date = Some(DateCondition::Between(start.to_string(), end.to_string()));
     c.activity_list(&q, "calendar", "entry")
 }

@@ -307,7 +307,13 @@ pub fn field_of<'a>(record_type: RecordType, custom: &'a [CustomField], name: &s
     if let Some(b) = record_type.builtin_fields().iter().find(|b| b.name == name) {
         return Some(FieldDef::Builtin(b));
     }
-    let id: i64 = name.strip_prefix("custom")?.parse().ok()?;
+    // Only as Show writes it: `custom01001` or `custom+1001` would be taken for `custom1001`
+    // on a write, and a list asked for it would answer an empty value under that name.
+    let digits = name.strip_prefix("custom")?;
+    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id: i64 = digits.parse().ok()?;
     custom.iter().find(|c| c.id == id && c.record_types.contains(&record_type)).map(FieldDef::Custom)
 }
 

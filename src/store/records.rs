@@ -750,7 +750,9 @@ fn filter_sql(filter: &Filter, conditions: &mut Vec<String>, params: &mut Vec<(&
                 Filter::CreatedSince(_) => "i.created >= :since",
                 Filter::UpdatedSince(_) => "i.updated >= :since",
                 Filter::NotUpdatedSince(_) => "i.updated < :since",
-                _ => "i.updated > :since",
+                // At or after, to the second: a client syncing from the last `updated` it saw
+                // gets that record again, and misses none changed in the same second after it.
+                _ => "i.updated >= :since",
             };
             params.push((":since", Value::Integer(*t)));
             push(sql);

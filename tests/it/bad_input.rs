@@ -138,7 +138,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         ),
         case("U+FFFF in a value", "PUT", &rec, JSON, r#"{"firstname": "a\uffffb"}"#, 400, "invalidvalue"),
         case("missing record", "PUT", "/contacts/424242", JSON, r#"{"firstname": "x"}"#, 404, "itemisnotfound"),
-        case("limit 5001", "GET", "/contacts?limit=5001", "", "", 400, "invalidparameter"),
+        case("limit -1", "GET", "/contacts?limit=-1", "", "", 400, "invalidparameter"),
         case("negative start", "GET", "/contacts?start=-5", "", "", 400, "invalidparameter"),
         case(
             "SQL in a filter value",

@@ -4,7 +4,7 @@
 
 use expect_test::expect_file;
 
-use crate::support::{Req, Service, Transcript};
+use crate::support::{Client, Req, Service, Transcript, q};
 
 #[test]
 fn contacts_in_xml() {
@@ -150,6 +150,8 @@ fn jsonp_and_accept_variants() {
     t.step(&c, Req::new("GET", "/contacts/1?callback=bad%3Calert%3E(1)"));
     t.step(&c, Req::new("GET", "/contacts/99?callback=cb"));
     t.step(&c, Req::new("GET", "/contacts/1?callback=2nd$cb"));
+    t.step(&c, Req::new("GET", "/contacts/99?callback=angular.callbacks._0"));
+    t.step(&c, Req::new("GET", "/contacts/99?callback=.jQuery..1cb%5B0%5D."));
     t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accepts", "application/json"));
     t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accept", "text/html, application/json;q=0.9"));
     t.step(&c, Req::new("GET", "/contacts?limit=1").header("Accept", "*/*"));
@@ -294,4 +296,46 @@ fn a_deleted_record_is_erased_for_good() {
         .unwrap();
     assert_eq!(left, 0);
     assert_eq!(erase(ann).status.code(), Some(64), "erased twice");
+}
+
+/// What Show writes can be sent back: an empty `flagged` unflags (Show writes "not flagged"
+/// so); a client syncing by `updated` with `filtermode=updatedafter` misses no record changed
+/// in the same second as the last it saw; a custom field is known by the name Show gives it
+/// only (`custom01001` is no field).
+#[test]
+fn what_show_writes_can_be_sent_back() {
+    let s = Service::start("what_show_writes_can_be_sent_back");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Ann", "flagged": 1}"#);
+    let flagged = |c: &Client| c.get_json(&format!("/contacts/{id}")).json()["item"]["flagged"].clone();
+    assert_eq!(flagged(&c), "1");
+    c.put_json(&format!("/contacts/{id}"), r#"{"flagged": ""}"#).assert_status(200);
+    assert_eq!(flagged(&c), "");
+    c.put_json(&format!("/contacts/{id}"), r#"{"flagged": 1}"#).assert_status(200);
+    c.call(Req::new("PUT", &format!("/contacts/{id}")).xml_body("<request><flagged/></request>")).assert_status(200);
+    assert_eq!(flagged(&c), "");
+    c.put_json(&format!("/contacts/{id}"), r#"{"flagged": "1"}"#).assert_status(200);
+    c.put_json(&format!("/contacts/{id}"), r#"{"flagged": null}"#).assert_status(200);
+    assert_eq!(flagged(&c), "");
+    assert_eq!(c.put_json(&format!("/contacts/{id}"), r#"{"flagged": "yes"}"#).status, 400);
+
+    // Records changed in the second of the last `updated` a client saw are listed again.
+    let updated = c.get_json(&format!("/contacts/{id}")).json()["item"]["updated"].as_str().unwrap().to_string();
+    let since = |c: &Client, t: &str| c.list_ids(&format!("/contacts?filtermode=updatedafter&filtervalue={}", q(t)));
+    assert!(since(&c, &updated).contains(&id), "{updated}");
+    let later = c.create("contacts", r#"{"firstname": "Bea"}"#);
+    let t = c.get_json(&format!("/contacts/{later}")).json()["item"]["updated"].as_str().unwrap().to_string();
+    assert!(since(&c, &t).contains(&later), "at or after {t}");
+
+    // Custom fields by their names only.
+    c.put_json(&format!("/contacts/{id}"), r#"{"custom1001": "C-7"}"#).assert_status(200);
+    for name in ["custom01001", "custom+1001", "custom", "custom1001x"] {
+        let r = c.put_json(&format!("/contacts/{id}"), &format!(r#"{{"{name}": "zero"}}"#));
+        assert_eq!(r.status, 400, "{name}: {}", r.body);
+        assert!(r.body.contains("incorrectfield"), "{name}: {}", r.body);
+        let r = c.get_json(&format!("/contacts?layout=1&fields={}", q(name)));
+        assert_eq!(r.status, 400, "{name}: {}", r.body);
+    }
+    let show = c.get_json(&format!("/contacts/{id}")).json();
+    assert_eq!(show["item"]["fields"]["custom1001"], "C-7");
 }

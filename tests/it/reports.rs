@@ -250,6 +250,10 @@ fn report_filters() {
             &format!("{cal}?start={}&end={}", day(1), day(30)),
             &[f.t_soon, f.t_later, f.t_bobs, f.f_soon],
         );
+        // One person's calendar (a group stands for itself), no one's.
+        check(c, "calendar", &format!("{cal}?start={}&end={}&filter=3", day(-3), day(0)), &[f.t_today, f.t_done]);
+        check(c, "calendar", &format!("{cal}?start={}&end={}&filter=0", day(-3), day(0)), &[f.f_late, f.f_done]);
+        check(c, "calendar", &format!("{cal}?start={}&end={}&filter=3", day(1), day(30)), &[f.f_soon]);
 
         // Bad parameters are refused.
         for (path, element) in [
@@ -263,7 +267,7 @@ fn report_filters() {
             (format!("{cal}?start=tomorrow"), "invalidparameter"),
             ("/report/activities?last=viewed".to_string(), "invalidparameter"),
             ("/report/activities?types=99".to_string(), "invalidparameter"),
-            ("/report/nextactions?limit=5001".to_string(), "invalidparameter"),
+            ("/report/nextactions?limit=-1".to_string(), "invalidparameter"),
             ("/report/unknown".to_string(), "resourcenotfound"),
         ] {
             let r = c.get_json(&path);
