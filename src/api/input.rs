@@ -88,7 +88,15 @@ pub fn parse_body(content_type: Option<&str>, raw: &[u8]) -> Result<Body, ApiErr
         }
         BodyKind::Json => {
             let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid_request("the body is not UTF-8"))?;
-            (parse_json(text)?, Vec::new())
+            // JSON needs no `<request>` wrapper; a client that turned its XML into JSON sends
+            // one anyway: `{"request": {...}}` alone is read as what it wraps.
+            let json = match parse_json(text)? {
+                Value::Object(mut m) if m.len() == 1 && m.get("request").is_some_and(Value::is_object) => {
+                    m.remove("request").unwrap_or_default()
+                }
+                other => other,
+            };
+            (json, Vec::new())
         }
         BodyKind::Xml => (parse_xml(&xml_text(content_type, body)?)?, Vec::new()),
     };
@@ -593,22 +601,23 @@ pub fn ids_under(v: &Value, what: &str) -> Result<Vec<i64>, ApiError> {
     Ok(out)
 }
 
-/// Field names from `a,b` or an array.
+/// Field names from `a,b`, an array, or XML's wrapped list (`<fields><field>a</field>
+/// <field>b</field></fields>`, an object holding them), as the interface writes its other
+/// lists.
 pub fn name_list(v: &Value, what: &str) -> Result<Vec<String>, ApiError> {
-    let mut out = Vec::new();
-    let mut push = |s: &str| {
-        for part in s.split(',').map(trim_blank).filter(|s| !s.is_empty()) {
-            out.push(part.to_string());
-        }
-    };
-    match v {
-        Value::Array(items) => {
-            for i in items {
-                push(&scalar_text(i).ok_or_else(|| ApiError::invalid_parameter(what, "must be names or ids"))?);
+    fn walk(v: &Value, what: &str, out: &mut Vec<String>) -> Result<(), ApiError> {
+        match v {
+            Value::Array(items) => items.iter().try_for_each(|i| walk(i, what, out)),
+            Value::Object(m) => m.values().try_for_each(|i| walk(i, what, out)),
+            other => {
+                let text = scalar_text(other).ok_or_else(|| ApiError::invalid_parameter(what, "must be names or ids"))?;
+                out.extend(text.split(',').map(trim_blank).filter(|s| !s.is_empty()).map(str::to_string));
+                Ok(())
             }
         }
-        other => push(&scalar_text(other).ok_or_else(|| ApiError::invalid_parameter(what, "must be names or ids"))?),
     }
+    let mut out = Vec::new();
+    walk(v, what, &mut out)?;
     Ok(out)
 }
 

@@ -441,3 +441,30 @@ fn field_search_follows_every_change() {
         assert_eq!(newest, want, "{value}");
     }
 }
+
+/// Lists in the shapes clients write them: XML's wrapped lists (`<fields><field>…`), as the
+/// interface writes its other lists, and a JSON body wrapped in `request` as its XML is.
+#[test]
+fn wrapped_lists_and_a_wrapped_json_body_are_read() {
+    let s = Service::start("wrapped_lists_and_a_wrapped_json_body_are_read");
+    let c = s.admin_client();
+    c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee", "jobtitle": "Engineer"}"#);
+    let xml = "<request><layout>1</layout><fields><field>firstname</field><field>jobtitle</field></fields></request>";
+    let r = c.call(Req::new("GET", "/contacts").xml_body(xml).json());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let entry = &r.json()["1"];
+    assert_eq!((entry["firstname"].as_str(), entry["jobtitle"].as_str()), (Some("Ann"), Some("Engineer")), "{entry}");
+    assert!(entry.get("lastname").is_none(), "only the fields asked for: {entry}");
+    let xml = "<request><types><type>3</type><type>6</type></types></request>";
+    let r = c.call(Req::new("GET", "/report/activities").xml_body(xml).json());
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let r = c.call(Req::new("POST", "/contacts").json_body(r#"{"request": {"firstname": "Wrapped"}}"#).json());
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.json()["item"]["name"], "Wrapped");
+    let r = c.call(Req::new("GET", "/contacts").json_body(r#"{"request": {"searchvalue": "zzzz"}}"#).json());
+    assert_eq!(r.json()["count"], 0, "the search is applied: {}", r.body);
+    // Beside other members, `request` is a field like any other (and contacts have none).
+    let r = c.call(Req::new("POST", "/contacts").json_body(r#"{"request": {}, "firstname": "X"}"#).json());
+    assert_eq!(r.status, 400, "{}", r.body);
+}
