@@ -610,7 +610,8 @@ pub fn name_list(v: &Value, what: &str) -> Result<Vec<String>, ApiError> {
             Value::Array(items) => items.iter().try_for_each(|i| walk(i, what, out)),
             Value::Object(m) => m.values().try_for_each(|i| walk(i, what, out)),
             other => {
-                let text = scalar_text(other).ok_or_else(|| ApiError::invalid_parameter(what, "must be names or ids"))?;
+                let text =
+                    scalar_text(other).ok_or_else(|| ApiError::invalid_parameter(what, "must be names or ids"))?;
                 out.extend(text.split(',').map(trim_blank).filter(|s| !s.is_empty()).map(str::to_string));
                 Ok(())
             }

@@ -219,6 +219,9 @@ fn record_input(ctx: &Ctx<'_>, rt: RecordType, body: &Value) -> Result<RecordCha
                 changes.related_add = related_entries(add)?;
                 changes.related_remove = ids_under(remove, "relateditems")?;
             }
+            // Read-only: Show writes them among the fields, and a client sending back what it
+            // read (an edit form) sends them too. They are left as they are.
+            name if AUDIT_FIELDS.contains(&name) => {}
             name => {
                 let def =
                     model::field_of(rt, &ctx.app.config.fields, name).ok_or_else(|| ApiError::incorrect_field(name))?;
@@ -235,6 +238,10 @@ fn record_input(ctx: &Ctx<'_>, rt: RecordType, body: &Value) -> Result<RecordCha
     }
     Ok(changes)
 }
+
+/// The audit fields Show writes inside `fields`.
+const AUDIT_FIELDS: [&str; 6] =
+    ["creatorid", "creatorname", "creatordate", "modificatorid", "modificatorname", "modificatordate"];
 
 static NOTHING: Value = Value::Null;
 

@@ -338,4 +338,19 @@ fn what_show_writes_can_be_sent_back() {
     }
     let show = c.get_json(&format!("/contacts/{id}")).json();
     assert_eq!(show["item"]["fields"]["custom1001"], "C-7");
+
+    // The fields as read, audit fields and all, with one change: the change is made, the
+    // audit fields are the service's (a made-up creator is ignored).
+    let mut fields = show["item"]["fields"].clone();
+    fields["jobtitle"] = "Engineer".into();
+    fields["creatorid"] = "99".into();
+    fields["creatorname"] = "Someone".into();
+    c.put_json(&format!("/contacts/{id}"), &fields.to_string()).assert_status(200);
+    let after = c.get_json(&format!("/contacts/{id}")).json();
+    assert_eq!(after["item"]["fields"]["jobtitle"], "Engineer");
+    assert_eq!(after["item"]["fields"]["creatorid"], show["item"]["fields"]["creatorid"]);
+    assert_eq!(after["item"]["fields"]["creatorname"], "Administrator");
+    let r = c.post_json("/contacts", r#"{"firstname": "Cy", "creatorid": "7", "modificatordate": "1"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.json()["item"]["fields"]["creatorid"], "1");
 }
