@@ -88,10 +88,18 @@ pub fn boundary(content_type: &str) -> Result<String, ApiError> {
 /// multipart, and one with more than `BATCH_PARTS_MAX` parts.
 pub fn parse(content_type: &str, body: &[u8]) -> Result<Vec<Part>, ApiError> {
     let boundary = boundary(content_type)?;
-    let stream = futures_util::stream::once(std::future::ready(Ok::<_, std::io::Error>(Bytes::copy_from_slice(body))));
+    let body = with_part_headers(body, &boundary);
+    let stream = futures_util::stream::once(std::future::ready(Ok::<_, std::io::Error>(Bytes::from(body))));
     let mut multipart = multer::Multipart::new(stream, boundary);
-    let bad =
-        |e: multer::Error| ApiError::invalid_request(format!("the batch is not a valid multipart/mixed body: {e}"));
+    let bad = |e: multer::Error| {
+        let hint = match e {
+            multer::Error::IncompleteStream | multer::Error::IncompleteHeaders => {
+                ": each part's headers end with an empty line (CRLF CRLF), and the body with the closing boundary"
+            }
+            _ => "",
+        };
+        ApiError::invalid_request(format!("the batch is not a valid multipart/mixed body: {e}{hint}"))
+    };
     // The whole body is in memory: every poll completes at once.
     futures_executor::block_on(async {
         let mut parts = Vec::new();
@@ -113,6 +121,27 @@ pub fn parse(content_type: &str, body: &[u8]) -> Result<Vec<Part>, ApiError> {
         }
         Ok(parts)
     })
+}
+
+/// The body with a `Content-Type: application/http` header given to each part that has no
+/// headers at all (its delimiter line followed by the empty line at once, as MIME allows):
+/// the multipart parser reads a part's headers up to an empty line, and finds none there.
+fn with_part_headers(body: &[u8], boundary: &str) -> Vec<u8> {
+    let bare = format!("--{boundary}\r\n\r\n");
+    let mut out = Vec::with_capacity(body.len() + 64);
+    let mut rest = body;
+    while let Some(at) = find(rest, bare.as_bytes()) {
+        // A delimiter opens the body or a line of its own.
+        let line_start = at == 0 && rest.len() == body.len() || at >= 2 && &rest[at - 2..at] == b"\r\n";
+        let end = at + bare.len() - 2;
+        out.extend_from_slice(&rest[..end]);
+        if line_start {
+            out.extend_from_slice(b"Content-Type: application/http\r\n");
+        }
+        rest = &rest[end..];
+    }
+    out.extend_from_slice(rest);
+    out
 }
 
 /// A part must hold `application/http` (or say nothing) in a binary encoding.
@@ -263,7 +292,8 @@ impl App {
             Err(e) => return super::render_error(format, e, self.quota_of(req)),
         };
         let total = parts.len();
-        let mut answers: Vec<(Option<HeaderValue>, Response)> = Vec::with_capacity(total);
+        // Each answer with the Content-Length it declares (a HEAD's is its GET's, without the body).
+        let mut answers: Vec<(Option<HeaderValue>, Response, usize)> = Vec::with_capacity(total);
         let mut reply_bytes = 0usize;
         for part in parts {
             // Nobody waits for the rest: the parts not yet run are not run.
@@ -274,6 +304,7 @@ impl App {
             // A nested answer reads no more records than the reply has room for.
             let room = limits::BATCH_REPLY_BYTES_MAX.saturating_sub(reply_bytes + PART_OVERHEAD_BYTES);
             let _budget = crate::store::ReplyBudget::start(room);
+            let head = matches!(&part.request, Ok(n) if n.method == http::Method::HEAD);
             let response = match part.request {
                 Ok(nested) => self.run_nested(req, nested),
                 Err(why) => self.refuse(req, ApiError::invalid_request(format!("invalid nested HTTP request: {why}"))),
@@ -284,21 +315,26 @@ impl App {
             } else {
                 response
             };
+            let mut response = response;
+            let length = response.body.len();
+            if head {
+                response.body = Vec::new();
+            }
             reply_bytes += response.body.len() + PART_OVERHEAD_BYTES;
-            answers.push((part.content_id, response));
+            answers.push((part.content_id, response, length));
         }
         // The boundary must not occur in what it separates: a random one practically never
         // does, but an answer could quote one; then another is drawn.
         let mut boundary = fresh_boundary();
         for _ in 0..BOUNDARY_DRAWS_MAX {
-            if !answers.iter().any(|(_, r)| find(&r.body, boundary.as_bytes()).is_some()) {
+            if !answers.iter().any(|(_, r, _)| find(&r.body, boundary.as_bytes()).is_some()) {
                 break;
             }
             boundary = fresh_boundary();
         }
         let mut out = Vec::with_capacity(reply_bytes);
-        for (content_id, response) in &answers {
-            write_part(&mut out, &boundary, content_id.as_ref(), response);
+        for (content_id, response, length) in &answers {
+            write_part(&mut out, &boundary, content_id.as_ref(), response, *length);
         }
         out.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
         Response {
@@ -341,7 +377,9 @@ impl App {
             }
         }
         let request = Request {
-            method: nested.method,
+            // HEAD is answered as GET, as on a connection of its own (the caller leaves the
+            // body out and keeps its length).
+            method: if nested.method == http::Method::HEAD { http::Method::GET } else { nested.method },
             path: nested.path,
             query: nested.query,
             headers,
@@ -388,8 +426,9 @@ fn fresh_boundary() -> String {
     format!("batch_{}", hex::encode(bytes))
 }
 
-/// One reply part: the part's headers, then the nested response as HTTP/1.1 text.
-fn write_part(out: &mut Vec<u8>, boundary: &str, content_id: Option<&HeaderValue>, response: &Response) {
+/// One reply part: the part's headers, then the nested response as HTTP/1.1 text, declaring
+/// `length` (its body's, or for a HEAD the GET's it stands for).
+fn write_part(out: &mut Vec<u8>, boundary: &str, content_id: Option<&HeaderValue>, response: &Response, length: usize) {
     out.extend_from_slice(format!("--{boundary}\r\nContent-Type: application/http\r\n").as_bytes());
     if let Some(id) = content_id {
         out.extend_from_slice(b"Content-ID: ");
@@ -401,7 +440,7 @@ fn write_part(out: &mut Vec<u8>, boundary: &str, content_id: Option<&HeaderValue
     for (name, value) in &response.headers {
         out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
-    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", response.body.len()).as_bytes());
+    out.extend_from_slice(format!("Content-Length: {length}\r\n\r\n").as_bytes());
     out.extend_from_slice(&response.body);
     out.extend_from_slice(b"\r\n");
 }
@@ -460,6 +499,25 @@ mod tests {
             assert!(boundary(bad).is_err(), "{bad}");
         }
         assert!(boundary(&format!("multipart/mixed; boundary={}", "b".repeat(71))).is_err());
+    }
+
+    #[test]
+    fn a_part_without_headers_is_a_part() {
+        let ct = "multipart/mixed; boundary=b1";
+        let parts = parse(ct, b"--b1\r\n\r\nGET /contacts/5\r\n--b1\r\n\r\nGET /contacts/6\r\n--b1--\r\n").unwrap();
+        let paths: Vec<String> = parts.iter().map(|p| p.request.as_ref().unwrap().path.clone()).collect();
+        assert_eq!(paths, ["/contacts/5", "/contacts/6"]);
+        // Beside parts with headers, after a preamble; the content is left as it is.
+        let body = b"pre\r\n--b1\r\nContent-ID: <1>\r\n\r\nPUT /contacts/5\r\n\r\n--b1\r\n\r\n\r\n--b1--";
+        let parts = parse(ct, body).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].content_id.as_ref().unwrap(), "<1>");
+        assert_eq!(parts[0].request.as_ref().unwrap().method, Method::PUT);
+        // A part whose headers end in LF only is still refused, and the message says why.
+        let Err(err) = parse(ct, b"--b1\r\nContent-Type: application/http\n\nGET /contacts/5\r\n--b1--\r\n") else {
+            panic!("LF-only part headers were taken");
+        };
+        assert!(err.message.contains("CRLF CRLF"), "{}", err.message);
     }
 
     #[test]

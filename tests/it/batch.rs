@@ -354,3 +354,23 @@ fn batch_bodies_and_nested_bodies_have_limits() {
     assert!(r.body.contains("requesttoolarge"));
     assert!(c.list_ids("/contacts").is_empty());
 }
+
+/// A nested HEAD is answered as on a connection of its own: the GET's status and headers,
+/// its Content-Length, and no body.
+#[test]
+fn a_nested_head_is_answered_as_get_without_its_body() {
+    let s = Service::start("a_nested_head_is_answered_as_get_without_its_body");
+    let c = s.admin_client();
+    let id = c.create("contacts", r#"{"firstname": "Ann"}"#);
+    let r = c.call(batch_req(&[part_id("<h>", &format!("HEAD /contacts/{id}")), part(&format!("GET /contacts/{id}"))]));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let get = r.body.split("HTTP/1.1 ").nth(2).expect("the GET's answer");
+    let length: usize =
+        get.lines().find_map(|l| l.strip_prefix("Content-Length: ")).expect("the GET's length").trim().parse().unwrap();
+    assert!(length > 100, "{get}");
+    let head = r.body.split("HTTP/1.1 ").nth(1).expect("the HEAD's answer");
+    assert!(head.starts_with("200 OK\r\n"), "{head}");
+    assert!(!head.contains("Allow:"), "{head}");
+    let ends = format!("Content-Length: {length}\r\n\r\n\r\n--");
+    assert!(head.contains(&ends), "the GET's length, no body: {head}");
+}
