@@ -404,8 +404,8 @@ pub enum UserCommand {
 }
 
 #[derive(FromArgs, Debug)]
-/// Make a user an administrator (or, with --revoke, no longer one; the last administrator who
-/// can log in stays one).
+/// Make a user an administrator (or, with --revoke, no longer one; an organisation's last
+/// administrator who can log in stays one).
 #[argh(subcommand, name = "admin")]
 pub struct UserAdmin {
     /// configuration file
@@ -531,6 +531,7 @@ pub enum GroupCommand {
     Member(GroupMember),
     List(GroupList),
     Delete(GroupDelete),
+    Undelete(GroupUndelete),
 }
 
 #[derive(FromArgs, Debug)]
@@ -579,9 +580,22 @@ pub struct GroupList {
 }
 
 #[derive(FromArgs, Debug)]
-/// Delete a group (left out of GET /ownership unless deleted=1; records keep their owner).
+/// Delete a group (left out of GET /ownership unless deleted=1). Its records keep it as
+/// their owner, and its members no longer see them through it; prints how many of each.
 #[argh(subcommand, name = "delete")]
 pub struct GroupDelete {
+    /// configuration file
+    #[argh(option)]
+    pub config: Option<PathBuf>,
+    /// group id
+    #[argh(option)]
+    pub group: i64,
+}
+
+#[derive(FromArgs, Debug)]
+/// Bring a deleted group back, with its members and its records.
+#[argh(subcommand, name = "undelete")]
+pub struct GroupUndelete {
     /// configuration file
     #[argh(option)]
     pub config: Option<PathBuf>,

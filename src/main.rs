@@ -205,13 +205,30 @@ fn org_of(config: &Config, org: Option<&str>) -> Result<String, Failure> {
 }
 
 fn check_email(email: &str) -> Result<(), Failure> {
-    let ok = model::looks_like_email(email) && email.len() <= limits::NAME_BYTES_MAX;
-    if ok { Ok(()) } else { Err(Failure::Usage(format!("{email:?} is not an e-mail address"))) }
+    let ok =
+        model::looks_like_email(email) && email.len() <= limits::NAME_BYTES_MAX && !email.chars().any(char::is_control);
+    if !ok {
+        return Err(Failure::Usage(format!("{email:?} is not an e-mail address")));
+    }
+    // Basic authentication ends the user name at the first colon: such a user could never
+    // log in.
+    if email.contains(':') {
+        return Err(Failure::Usage(format!(
+            "{email:?}: a user's e-mail address cannot hold ':' (it could not log in)"
+        )));
+    }
+    Ok(())
 }
 
+/// A user's or group's name: one line of text (`user list` and `group list` print a line
+/// each, their columns separated by tabs).
 fn check_name(name: &str) -> Result<(), Failure> {
-    if name.trim().is_empty() || name.len() > limits::NAME_BYTES_MAX || model::check_text(name).is_err() {
-        return Err(Failure::Usage("a name is 1 to 255 bytes of text".into()));
+    if name.trim().is_empty()
+        || name.len() > limits::NAME_BYTES_MAX
+        || model::check_text(name).is_err()
+        || name.chars().any(char::is_control)
+    {
+        return Err(Failure::Usage("a name is 1 to 255 bytes of text on one line, without tabs".into()));
     }
     Ok(())
 }
@@ -241,6 +258,8 @@ fn no_user<'a>(store: &'a store::Store, email: &'a str) -> impl FnOnce(StoreErro
             "user {email} is deleted (`sitegate user undelete --email {email}` brings them back)"
         )),
         StoreError::NotFound => Failure::Usage(format!("no user with e-mail {email}")),
+        // The last administrator of an organisation, kept.
+        StoreError::BadReference(m) => Failure::Usage(m),
         other => Failure::Store(other),
     }
 }
@@ -839,9 +858,21 @@ fn run_group(command: GroupCommand) -> Result<(), Failure> {
         }
         GroupCommand::Delete(d) => {
             let (_, store) = open_existing(d.config.as_deref())?;
-            store.delete_group(d.group).map_err(|e| match e {
+            let (records, members) = store.delete_group(d.group).map_err(|e| match e {
                 StoreError::BadReference(m) => Failure::Usage(m),
                 other => not_found(format!("no group {}", d.group))(other),
+            })?;
+            eprintln!(
+                "sitegate: group {} deleted: it owns {records} records, which its {members} members no longer see \
+                 through it (`sitegate group undelete --group {}` brings it back)",
+                d.group, d.group
+            );
+        }
+        GroupCommand::Undelete(u) => {
+            let (_, store) = open_existing(u.config.as_deref())?;
+            store.undelete_group(u.group).map_err(|e| match e {
+                StoreError::BadReference(m) | StoreError::Duplicate(m) => Failure::Usage(m),
+                other => not_found(format!("no group {}", u.group))(other),
             })?;
         }
     }

@@ -671,11 +671,12 @@ async fn watchdog(every: Duration, store: Arc<Store>, notifier: Arc<systemd::Not
 fn bootstrap_admin(config: &Config, store: &Store) -> Result<(), ServeError> {
     if store.user_count()? > 0 {
         // Users made with `sitegate user add` before the first start, none of them an
-        // administrator: nobody can manage hooks, devices or users through the API.
-        if store.active_admin_count()? == 0 {
+        // administrator of their organisation: nobody there can manage hooks, devices or users
+        // through the API, nor see all its records, and its Alarms get no ticket.
+        for org in store.orgs_without_admin()? {
             log::warn!(
-                "no administrator can log in: `sitegate user add --admin` makes one (`user enable` and `user undelete` \
-                 bring one back)"
+                "no administrator of organisation {org} can log in: `sitegate user add --admin --org {org}` makes one \
+                 (`user enable` and `user undelete` bring one back)"
             );
         }
         return Ok(());

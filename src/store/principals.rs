@@ -86,13 +86,15 @@ impl Store {
     }
 
     /// Administrators who can log in (not deleted, not disabled).
-    pub fn active_admin_count(&self) -> Result<i64> {
+    /// The organisations that have users but no administrator who can log in.
+    pub fn orgs_without_admin(&self) -> Result<Vec<String>> {
         self.read(|tx| {
-            Ok(tx.query_row(
-                "SELECT count(*) FROM principals WHERE kind = 1 AND admin = 1 AND deleted = 0 AND prevent_login = 0",
-                [],
-                |r| r.get(0),
-            )?)
+            let mut stmt = tx.prepare(
+                "SELECT org FROM principals WHERE kind = 1 AND deleted = 0 GROUP BY org
+                 HAVING sum(admin = 1 AND prevent_login = 0) = 0 ORDER BY org",
+            )?;
+            let orgs = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+            Ok(orgs)
         })
     }
 
@@ -151,9 +153,13 @@ impl Store {
         })
     }
 
-    /// Sets `preventlogin`: the user can no longer call the API.
+    /// Sets `preventlogin`: the user can no longer call the API. The last administrator of an
+    /// organisation who can log in is not disabled.
     pub fn disable_user(&self, email: &str, disabled: bool) -> Result<()> {
         self.write_credentials(|tx| {
+            if disabled {
+                keep_last_admin(tx, email, "disabled")?;
+            }
             let n = tx.exec(
                 "UPDATE principals SET prevent_login = ?2 WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
                 (email, disabled),
@@ -163,9 +169,11 @@ impl Store {
     }
 
     /// Marks a user deleted: refused at login, listed by /ownership only with `deleted=1`.
-    /// Their records keep their ownership.
+    /// Their records keep their ownership. The last administrator of an organisation who can
+    /// log in is not deleted.
     pub fn delete_user(&self, email: &str) -> Result<()> {
         self.write_credentials(|tx| {
+            keep_last_admin(tx, email, "deleted")?;
             let n = tx.exec(
                 "UPDATE principals SET deleted = 1, token_sha256 = NULL
                  WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
@@ -221,7 +229,10 @@ impl Store {
         })
     }
 
-    pub fn delete_group(&self, group_id: i64) -> Result<()> {
+    /// Marks a group deleted: its members no longer see its records through it (its
+    /// memberships are kept for an undelete). Returns how many live records it owns and how
+    /// many members it has, for the operator to be told.
+    pub fn delete_group(&self, group_id: i64) -> Result<(i64, i64)> {
         self.write_credentials(|tx| {
             let deleted: Option<bool> = tx
                 .query_row("SELECT deleted <> 0 FROM principals WHERE kind = 2 AND id = ?1", [group_id], |r| r.get(0))
@@ -231,40 +242,62 @@ impl Store {
                 Some(true) => Err(StoreError::BadReference(format!("group {group_id} is already deleted"))),
                 Some(false) => {
                     tx.exec("UPDATE principals SET deleted = 1 WHERE id = ?1", [group_id])?;
-                    Ok(())
+                    let records: i64 = tx.query_row(
+                        "SELECT count(*) FROM items WHERE ownership = ?1 AND parent IS NULL AND archived IS NULL",
+                        [group_id],
+                        |r| r.get(0),
+                    )?;
+                    let members: i64 =
+                        tx.query_row("SELECT count(*) FROM memberships WHERE group_id = ?1", [group_id], |r| r.get(0))?;
+                    Ok((records, members))
                 }
             }
         })
     }
 
-    /// Makes a user an administrator, or not; the last administrator who can log in stays one
-    /// (a site without one cannot manage hooks, devices or users through the API).
-    pub fn set_admin(&self, email: &str, admin: bool) -> Result<()> {
+    /// Brings a deleted group back, with its members and the records it owns; refused while
+    /// another live group of its organisation has its name.
+    pub fn undelete_group(&self, group_id: i64) -> Result<()> {
         self.write_credentials(|tx| {
-            let user: Option<(i64, bool, bool)> = tx
+            let group: Option<(bool, String, String)> = tx
+                .query_row("SELECT deleted <> 0, org, name FROM principals WHERE kind = 2 AND id = ?1", [group_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()?;
+            let (deleted, org, name) = group.ok_or(StoreError::NotFound)?;
+            if !deleted {
+                return Err(StoreError::BadReference(format!("group {group_id} is not deleted")));
+            }
+            let clash: Option<i64> = tx
                 .query_row(
-                    "SELECT id, admin <> 0, prevent_login = 0 FROM principals
-                     WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
-                    [email],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    "SELECT id FROM principals WHERE kind = 2 AND org = ?1 AND deleted = 0 AND name = ?2 COLLATE NOCASE",
+                    (&org, &name),
+                    |r| r.get(0),
                 )
                 .optional()?;
-            let (id, was, active) = user.ok_or(StoreError::NotFound)?;
-            if was && !admin && active {
-                let others: i64 = tx.query_row(
-                    "SELECT count(*) FROM principals
-                     WHERE kind = 1 AND admin = 1 AND deleted = 0 AND prevent_login = 0 AND id <> ?1",
-                    [id],
-                    |r| r.get(0),
-                )?;
-                if others == 0 {
-                    return Err(StoreError::BadReference(format!(
-                        "{email} is the last administrator who can log in: make another one first"
-                    )));
-                }
+            if let Some(other) = clash {
+                return Err(StoreError::Duplicate(format!(
+                    "group {other} has the name {name:?} now: rename or delete it first"
+                )));
             }
-            tx.exec("UPDATE principals SET admin = ?2 WHERE id = ?1", (id, admin))?;
+            tx.exec("UPDATE principals SET deleted = 0 WHERE id = ?1", [group_id])?;
             Ok(())
+        })
+    }
+
+    /// Makes a user an administrator, or not; the last administrator of an organisation who
+    /// can log in stays one (an organisation without one cannot manage hooks, devices or users
+    /// through the API, nor see all its records, and its Alarms get no ticket).
+    pub fn set_admin(&self, email: &str, admin: bool) -> Result<()> {
+        self.write_credentials(|tx| {
+            if !admin {
+                keep_last_admin(tx, email, "no longer an administrator")?;
+            }
+            let n = tx.exec(
+                "UPDATE principals SET admin = ?2 WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
+                (email, admin),
+            )?;
+            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
         })
     }
 
@@ -404,4 +437,34 @@ fn groups_of(tx: &Connection, user_id: i64) -> Result<Vec<i64>> {
 /// `viewer.owner_ids()` as a JSON array, for visibility clauses.
 pub(super) fn owner_ids_json(viewer: &Viewer) -> String {
     json_ids(&viewer.owner_ids())
+}
+
+/// Refuses to take away the last administrator of an organisation who can log in (`what`
+/// is what would be done to them): disabled, deleted or no longer an administrator.
+fn keep_last_admin(tx: &Connection, email: &str, what: &str) -> Result<()> {
+    let user: Option<(i64, String, bool)> = tx
+        .query_row(
+            "SELECT id, org, admin <> 0 AND prevent_login = 0 FROM principals
+             WHERE kind = 1 AND deleted = 0 AND email = ?1 COLLATE NOCASE",
+            [email],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    let Some((id, org, active_admin)) = user else { return Ok(()) };
+    if !active_admin {
+        return Ok(());
+    }
+    let others: i64 = tx.query_row(
+        "SELECT count(*) FROM principals
+         WHERE kind = 1 AND org = ?2 AND admin = 1 AND deleted = 0 AND prevent_login = 0 AND id <> ?1",
+        (id, &org),
+        |r| r.get(0),
+    )?;
+    if others == 0 {
+        return Err(StoreError::BadReference(format!(
+            "{email} is the last administrator of organisation {org} who can log in: make another one \
+             (`sitegate user add --admin`, `sitegate user admin`) before this one is {what}"
+        )));
+    }
+    Ok(())
 }

@@ -352,8 +352,8 @@ fn databases_made_by_root_are_left_to_the_service_user() {
 
 /// A command that makes the database (there was none) says where, and from which
 /// configuration: run in the wrong folder, it would otherwise seem to have changed the site.
-/// The first start then warns that no administrator can log in, when none of the users made
-/// that way is one.
+/// The first start then warns that no administrator of the organisation can log in, when
+/// none of its users made that way is one.
 #[test]
 fn a_command_that_makes_the_database_says_so() {
     let dir = test_dir("a_command_that_makes_the_database_says_so");
@@ -365,8 +365,78 @@ fn a_command_that_makes_the_database_says_so() {
     assert!(err.contains("made a new database at") && err.contains(&config.display().to_string()), "{err}");
     let out = cli_with_config(&config, &["user", "add", "--email", "b@example.com", "--name", "B"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("made a new database"), "{out:?}");
+    // Another organisation's administrator does not stand in for acme's.
+    let out = cli_with_config(
+        &config,
+        &["user", "add", "--email", "g@globex.test", "--name", "G", "--org", "globex", "--admin"],
+    );
+    assert!(out.status.success(), "{out:?}");
     let s = Service::launch(dir.clone(), config, &[]);
     crate::support::wait_for("the warning of no administrator", || {
-        s.stderr().contains("no administrator can log in").then_some(())
+        s.stderr().contains("no administrator of organisation acme can log in").then_some(())
     });
+    assert!(!s.stderr().contains("organisation globex can"), "{}", s.stderr());
+}
+
+/// Each organisation keeps an administrator who can log in: the last one is not revoked,
+/// disabled or deleted, whatever other organisations have. A deleted group's members lose its
+/// records, as the command says, and an undelete gives them back. E-mails that could never
+/// log in and names that would break the lists are refused.
+#[test]
+fn each_organisation_keeps_an_administrator_and_groups_come_back() {
+    let s = Service::start("each_organisation_keeps_an_administrator_and_groups_come_back");
+    let boss = s.add_user("boss@globex.test", "Globex Boss", &["--org", "globex", "--admin"]);
+    let refused = |args: &[&str]| {
+        let out = s.cli(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Acme's administrator does not stand in for globex's, nor the other way.
+    for args in [
+        &["user", "admin", "--email", "boss@globex.test", "--revoke"][..],
+        &["user", "disable", "--email", "boss@globex.test"],
+        &["user", "delete", "--email", "boss@globex.test"],
+        &["user", "disable", "--email", "admin@sitegate.local"],
+        &["user", "delete", "--email", "admin@sitegate.local"],
+    ] {
+        let err = refused(args);
+        assert!(err.contains("last administrator of organisation"), "{args:?}: {err}");
+    }
+    s.client(&boss).get("/devices").assert_status(200);
+    // With a second one, the first may go.
+    s.add_user("deputy@globex.test", "Deputy", &["--org", "globex", "--admin"]);
+    let out = s.cli(&["user", "disable", "--email", "boss@globex.test"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.client(&boss).get("/contacts").assert_status(401);
+
+    // A group deleted and brought back.
+    let team = s.add_group("Team", &[]);
+    let pat = s.add_user("pat@acme.test", "Pat", &["--group", &team.to_string()]);
+    let shared = s.admin_client().create("contacts", &format!(r#"{{"firstname": "Shared", "ownership": {team}}}"#));
+    let c = s.client(&pat);
+    c.get(&format!("/contacts/{shared}")).assert_status(200);
+    let out = s.cli(&["group", "delete", "--group", &team.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("it owns 1 records, which its 1 members no longer see"), "{said}");
+    c.get(&format!("/contacts/{shared}")).assert_status(404);
+    let again = s.add_group("team", &[]);
+    let err = refused(&["group", "undelete", "--group", &team.to_string()]);
+    assert!(err.contains(&format!("group {again} has the name")), "{err}");
+    let out = s.cli(&["group", "delete", "--group", &again.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = s.cli(&["group", "undelete", "--group", &team.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.get(&format!("/contacts/{shared}")).assert_status(200);
+    let err = refused(&["group", "undelete", "--group", &team.to_string()]);
+    assert!(err.contains("is not deleted"), "{err}");
+
+    let err = refused(&["user", "add", "--email", "a:b@acme.test", "--name", "Colon"]);
+    assert!(err.contains("cannot hold ':'"), "{err}");
+    for name in ["Eve\n2\tacme\troot@acme.test", "Tab\tName"] {
+        let err = refused(&["user", "add", "--email", "eve@acme.test", "--name", name]);
+        assert!(err.contains("one line"), "{err}");
+        let err = refused(&["group", "add", "--name", name]);
+        assert!(err.contains("one line"), "{err}");
+    }
 }
