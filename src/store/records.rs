@@ -318,6 +318,21 @@ impl Store {
                 _ => current.ownership,
             };
             let flagged = changes.flagged.unwrap_or(current.flagged);
+            let (added, removed) =
+                change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
+            let mut related = add_related(tx, viewer, id, &changes.related_add)?;
+            for target in &changes.related_remove {
+                related += tx.exec("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, target))?;
+            }
+            // An update that changes nothing (a client saving what it read) leaves `updated`
+            // where it was and tells no hook: clients syncing by either are not woken for it.
+            let changed = fields != current.fields
+                || ownership != current.ownership
+                || flagged != current.flagged
+                || added + removed + related > 0;
+            if !changed {
+                return Ok(((), false));
+            }
             let name = record_type.display_name(&fields);
             // `updated` never goes back, here or where a record is deleted or restored: after
             // the wall clock is stepped back (NTP correcting a clock that ran ahead), a change
@@ -339,12 +354,6 @@ impl Store {
                 ),
             )?;
             index_fields(tx, id, &current.fields, &fields)?;
-            let (added, removed) =
-                change_categories(tx, viewer, record_type, id, &changes.categories_add, &changes.categories_remove)?;
-            add_related(tx, viewer, id, &changes.related_add)?;
-            for related in &changes.related_remove {
-                tx.exec("DELETE FROM relations WHERE item = ?1 AND related = ?2", (id, related))?;
-            }
             let mut events = vec![Event::ItemsUpdate];
             if added > 0 {
                 events.push(Event::ItemsCategorize);
@@ -1084,7 +1093,10 @@ fn change_categories(
 
 /// Links `item` to each target (a live, visible contact, company or project blog of the
 /// organisation); adding an existing link replaces its note.
-fn add_related(tx: &Connection, viewer: &Viewer, item: i64, targets: &[(i64, String)]) -> Result<()> {
+/// Relates `item` to each target (or sets its note); returns how many relations were made or
+/// had their note changed.
+fn add_related(tx: &Connection, viewer: &Viewer, item: i64, targets: &[(i64, String)]) -> Result<usize> {
+    let mut changed = 0;
     for (target, note) in targets {
         let not_found = || StoreError::BadReference(format!("related item {target} does not exist"));
         if *target == item {
@@ -1105,13 +1117,14 @@ fn add_related(tx: &Connection, viewer: &Viewer, item: i64, targets: &[(i64, Str
                 "related item {target} is not a contact, company or project blog"
             )));
         }
-        tx.prepare_cached(
-            "INSERT INTO relations (item, related, note) VALUES (?1, ?2, ?3)
-             ON CONFLICT (item, related) DO UPDATE SET note = excluded.note",
-        )?
-        .execute((item, target, note))?;
+        changed += tx
+            .prepare_cached(
+                "INSERT INTO relations (item, related, note) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (item, related) DO UPDATE SET note = excluded.note WHERE note IS NOT excluded.note",
+            )?
+            .execute((item, target, note))?;
     }
-    Ok(())
+    Ok(changed)
 }
 
 fn categories_of(tx: &Connection, items: &[i64]) -> Result<HashMap<i64, Vec<CategoryRef>>> {

@@ -163,6 +163,13 @@ fn every_event_is_delivered_signed_and_in_order() {
     // A refused change emits nothing.
     c.post_json("/contacts", r#"{"firstname": "X", "categories": {"add": [99]}}"#).assert_status(400);
     c.put_json(&format!("/contacts/{ann}"), r#"{"nickname": "x"}"#).assert_status(400);
+    // Nor does an update that changes nothing (a client saving what it read), and `updated`
+    // stays where it was.
+    let before = c.get_json(&format!("/contacts/{ann}")).json()["item"]["updated"].clone();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let same = r#"{"jobtitle": "Lead", "flagged": 0, "ownership": 1, "categories": {"remove": [1]}}"#;
+    c.put_json(&format!("/contacts/{ann}"), same).assert_status(200);
+    assert_eq!(c.get_json(&format!("/contacts/{ann}")).json()["item"]["updated"], before);
 
     let got = rx.wait_accepted(11);
     std::thread::sleep(std::time::Duration::from_millis(300));
