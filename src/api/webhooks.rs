@@ -141,7 +141,7 @@ fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError>
         Some(u) => u,
         None => base.map(|h| h.url.clone()).ok_or_else(|| ApiError::invalid_value("url", "is required"))?,
     };
-    check_url(&url)?;
+    let url = check_url(&url)?;
     let contenttype = match text("contenttype")? {
         Some(c) if !c.is_empty() => {
             ContentType::parse(&c).ok_or_else(|| ApiError::invalid_value("contenttype", "must be xml, json or form"))?
@@ -164,8 +164,18 @@ fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError>
 }
 
 /// An http or https URL with a host.
-fn check_url(url: &str) -> Result<(), ApiError> {
+/// The hook's URL as it is kept: as given, or, where a request line could not carry it, as a
+/// browser would send it (an international host name in its `xn--` form; spaces, quotes and
+/// the like percent-encoded).
+fn check_url(url: &str) -> Result<String, ApiError> {
     let bad = || ApiError::invalid_value("url", "must be an http:// or https:// URL with a host");
+    let url = match url.parse::<http::Uri>() {
+        Ok(uri) if uri.host().is_some_and(|h| h.is_ascii()) => url.to_string(),
+        _ => match url::Url::parse(url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => parsed.to_string(),
+            _ => return Err(bad()),
+        },
+    };
     let uri: http::Uri = url.parse().map_err(|_| bad())?;
     match (uri.scheme_str(), uri.host()) {
         (Some("http" | "https"), Some(host)) if !host.is_empty() => {}
@@ -184,7 +194,7 @@ fn check_url(url: &str) -> Result<(), ApiError> {
     {
         return Err(ApiError::invalid_value("url", format!("has port {port}: a port is 1 to 65535")));
     }
-    Ok(())
+    Ok(url)
 }
 
 pub fn create(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {

@@ -101,6 +101,18 @@ fn managing_hooks() {
     b.delete("/hooks/2").assert_status(404);
     c.get(&format!("/hooks/{own}")).assert_status(200);
     assert_eq!(c.get_json("/hooks").json()["hooks"].as_array().unwrap().len(), 3);
+
+    // A URL a request line cannot carry is kept as a browser sends it: an international host
+    // name in its xn-- form, spaces and quotes percent-encoded.
+    for (given, kept) in [
+        ("http://bücher.example/v", "http://xn--bcher-kva.example/v"),
+        ("https://in.example/q?f={\"a\":1}&b=c d", "https://in.example/q?f={%22a%22:1}&b=c%20d"),
+        ("http://in.example/a b", "http://in.example/a%20b"),
+    ] {
+        let r = c.post_json("/hooks", &serde_json::json!({"event": "items.create", "url": given}).to_string());
+        assert_eq!(r.status, 201, "{given}: {}", r.body);
+        assert_eq!(r.json()["url"], kept, "{given}");
+    }
 }
 
 /// An organisation's hooks are bounded; deleted ones do not count.
