@@ -358,16 +358,26 @@ fn list_query(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<(ListQuer
         (Some(v), _) | (None, Some(v)) => Some(name_list(v, "fields")?),
         (None, None) => None,
     };
+    // Checked with any layout (a wrong name is an error, not silently ignored); a name given
+    // twice is listed once.
+    let wanted = match wanted {
+        Some(names) => {
+            let mut unique: Vec<String> = Vec::with_capacity(names.len());
+            for n in names {
+                if model::field_of(rt, custom, &n).is_none() {
+                    return Err(ApiError::incorrect_field(&n));
+                }
+                if !unique.contains(&n) {
+                    unique.push(n);
+                }
+            }
+            Some(unique)
+        }
+        None => None,
+    };
     let fields: Vec<String> = if full {
         match wanted {
-            Some(names) if !names.is_empty() => {
-                for n in &names {
-                    if model::field_of(rt, custom, n).is_none() {
-                        return Err(ApiError::incorrect_field(n));
-                    }
-                }
-                names
-            }
+            Some(names) if !names.is_empty() => names,
             _ => all_fields.iter().map(FieldDef::name).collect(),
         }
     } else {

@@ -243,6 +243,12 @@ fn sorting_and_paging() {
     check_refused(&c, "sortdir=UP", "invalidparameter");
     check_refused(&c, "layout=2", "invalidparameter");
     check_refused(&c, "layout=1&fields=firstname,nosuch", "incorrectfield");
+    // With any layout; a field asked for twice is listed once.
+    check_refused(&c, "fields=nosuch", "incorrectfield");
+    let r = c.get_json("/contacts?layout=1&fields=firstname,firstname&limit=1");
+    assert_eq!(r.body.matches("\"firstname\"").count(), 1, "{}", r.body);
+    let r = c.get("/contacts?layout=1&fields=firstname,firstname&limit=1");
+    assert_eq!(r.body.matches("<firstname>").count(), 1, "{}", r.body);
 }
 
 /// Today's date in UTC (the test services' site time zone) and `days` from it.
