@@ -99,6 +99,15 @@ fn main() -> ExitCode {
         fatal("no command given; `sitegate --help` lists them");
         return ExitCode::from(EX_USAGE);
     };
+    if !matches!(command, Command::Serve(_)) {
+        // A command whose output goes to a reader that stops early (`| head`) ends quietly, as
+        // other commands do, instead of panicking on the write. The service keeps SIGPIPE
+        // ignored: a client gone is an error on its socket, not the end of the process.
+        // SAFETY: sets a signal's disposition to its default before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let (message, code) = match run(command) {
         Ok(()) => return ExitCode::SUCCESS,
         Err(Failure::Config(e)) => (format!("configuration error: {e}"), EX_CONFIG),
@@ -137,7 +146,8 @@ fn parse_args() -> Result<Cli, ExitCode> {
     match <Cli as argh::FromArgs>::from_args(&[&name], &rest) {
         Ok(cli) => Ok(cli),
         Err(argh::EarlyExit { output, status: Ok(()) }) => {
-            println!("{output}");
+            // `--help | head`: a reader gone early is no failure.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), format!("{output}\n").as_bytes());
             Err(ExitCode::SUCCESS)
         }
         Err(argh::EarlyExit { output, status: Err(()) }) => {

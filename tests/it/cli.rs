@@ -440,3 +440,24 @@ fn each_organisation_keeps_an_administrator_and_groups_come_back() {
         assert!(err.contains("one line"), "{err}");
     }
 }
+
+/// A command whose reader stops early (`sitegate user list | head -1`) ends quietly, as other
+/// commands do: no panic about a broken pipe.
+#[test]
+fn a_reader_gone_early_ends_a_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let s = Service::start("a_reader_gone_early_ends_a_command_quietly");
+    for args in [&["user", "list"][..], &["--help"][..]] {
+        let mut cmd = sitegate();
+        cmd.args(args);
+        if args[0] != "--help" {
+            cmd.arg("--config").arg(&s.config);
+        }
+        let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take()); // the reader is gone before the first line
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        assert!(out.status.success() || out.status.signal() == Some(13), "{args:?}: {:?}", out.status);
+    }
+}
