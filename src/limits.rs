@@ -344,12 +344,17 @@ pub const LOCATION_URGENT_QUEUE_MAX: usize = 1_000;
 /// The start waits at most this long for the location engine to load (devices, placements,
 /// the states it publishes) before it serves anyway.
 pub const LOCATION_START_WAIT_MS: u64 = 60_000;
-/// BLE: pause before scanning again after a round that heard adverts, and after one that
-/// heard none (doubling for each such round in a row up to the max).
+/// BLE: pause before scanning again after a round that failed (BlueZ or the adapter missing),
+/// doubling for each such round in a row up to the max; after one that heard adverts, the
+/// min. A round that scanned and heard nothing (a quiet site) is followed at once.
 pub const BLE_RETRY_MIN_MS: u64 = 1_000;
 pub const BLE_RETRY_MAX_MS: u64 = 30_000;
-/// BLE: how long an RSSI event waits for the data event of the same advertisement.
+/// BLE: how long an RSSI event waits for the data events of the same advertisement.
 pub const BLE_JOIN_WAIT_MS: u64 = 20;
+/// BLE: the longest wait for BlueZ to list its adapters, to stop scanning or to say whether
+/// the adapter is powered (a connection the bus dropped, or a hung bluetoothd, answers
+/// nothing for 25 s).
+pub const BLE_CALL_TIMEOUT_MS: u64 = 3_000;
 /// BLE: devices whose advertising data is remembered (phones rotate addresses).
 pub const BLE_KNOWN_DEVICES_MAX: usize = 10_000;
 /// Location: the engine's decisions are written at most this often (one transaction), each

@@ -7,9 +7,16 @@
 //! stamped on arrival.
 //!
 //! BlueZ is not always there: the adapter may be missing or powered off, and a restart of
-//! bluetoothd is silent (the event stream just stops). So the source runs in rounds: connect,
-//! find the adapter, scan; when the adapter goes away, powers off, or nothing arrives for
-//! `scan_watchdog_s`, it tears the round down and starts another after a pause.
+//! bluetoothd is silent (the event stream just stops). So the source runs in rounds: find the
+//! adapter, scan; when the adapter goes away, or nothing arrives for `scan_watchdog_s`, it
+//! tears the round down and starts another: at once after a round that scanned (a quiet
+//! site), after a pause that grows while rounds fail (BlueZ or the adapter missing). A
+//! powered-off adapter is watched within the round and scanned again once it is back.
+//!
+//! The D-Bus connection (btleplug's `Manager`) is kept from round to round: each one made
+//! holds its connection for as long as the bus keeps it open, whatever becomes of the
+//! `Manager`, and the bus allows a user some 256. A new one is made only once the old one's
+//! connection is lost (the bus restarted).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,34 +58,92 @@ pub struct BleSettings {
     pub watchdog: Duration,
 }
 
+/// How a round ended without failing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    Stopping,
+    /// Scanning, nothing heard for the watchdog's time (a quiet site, or bluetoothd gone).
+    Quiet,
+    /// The adapter stayed off for the watchdog's time.
+    StayedOff,
+    NoMoreEvents,
+}
+
+impl Ended {
+    fn text(self) -> &'static str {
+        match self {
+            Ended::Stopping => "stopping",
+            Ended::Quiet => "no adverts within the watchdog time",
+            Ended::StayedOff => "the adapter stayed off",
+            Ended::NoMoreEvents => "the event stream ended",
+        }
+    }
+}
+
 /// Runs rounds of scanning until `stop` is set.
 pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanState>, stop: Arc<AtomicBool>) {
     let receiver: Arc<str> = settings.adapter.as_str().into();
+    let mut manager: Option<Manager> = None;
     let mut fruitless = 0u32;
     let mut last_error = String::new();
+    let mut last_ended = None;
     while !stop.load(Ordering::SeqCst) {
         state.rounds.fetch_add(1, Ordering::Relaxed);
         let heard_before = state.adverts.load(Ordering::Relaxed);
-        match round(&settings, &receiver, &mut sink, &state, &stop).await {
-            Ok(why) => {
-                log::info!("BLE scan on {} ended ({why}); starting again", settings.adapter);
-                last_error.clear();
+        // Scanning again after a quiet round is not news.
+        let announce = last_ended != Some(Ended::Quiet);
+        let result = round(&settings, &mut manager, announce, &receiver, &mut sink, &state, &stop).await;
+        let heard = state.adverts.load(Ordering::Relaxed) > heard_before;
+        match &result {
+            Ok(Ended::Stopping) => log::info!("BLE scan on {} stopped", settings.adapter),
+            // A quiet site ends a round each watchdog period: said once, then at debug level.
+            Ok(why) if Some(*why) == last_ended && !heard => {
+                log::debug!("BLE scan on {} ended ({}); starting again", settings.adapter, why.text())
             }
+            Ok(why) => log::info!("BLE scan on {} ended ({}); starting again", settings.adapter, why.text()),
             // The same failure again and again is said once (then at debug level).
-            Err(e) if e == last_error => log::debug!("BLE scan on {}: {e}", settings.adapter),
+            Err(e) if *e == last_error => log::debug!("BLE scan on {}: {e}", settings.adapter),
             Err(e) => {
                 log::warn!(
                     "BLE scan on {}: {e}; trying again every {} s at most",
                     settings.adapter,
                     limits::BLE_RETRY_MAX_MS / 1000
                 );
-                last_error = e;
             }
         }
         state.scanning.store(false, Ordering::SeqCst);
-        let heard = state.adverts.load(Ordering::Relaxed) > heard_before;
-        fruitless = if heard { 0 } else { fruitless.saturating_add(1) };
-        let deadline = tokio::time::Instant::now() + retry_pause(fruitless);
+        // A round that scanned worked, whether it heard anything or not (a quiet site): the
+        // next starts at once. Rounds that fail back off, doubling, to the longest pause.
+        let pause = match &result {
+            Ok(Ended::Quiet | Ended::Stopping) => {
+                fruitless = 0;
+                Duration::ZERO
+            }
+            _ if heard => {
+                fruitless = 0;
+                retry_pause(0)
+            }
+            _ => {
+                fruitless = fruitless.saturating_add(1);
+                retry_pause(fruitless)
+            }
+        };
+        match result {
+            Ok(why) => {
+                last_ended = Some(why);
+                last_error.clear();
+            }
+            Err(e) => {
+                last_ended = None;
+                // A connection the bus has dropped (it restarted) fails every call at once:
+                // the next round makes a new one.
+                if e.contains("Failed to send message") || e.contains("Disconnected") {
+                    manager = None;
+                }
+                last_error = e;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + pause;
         while tokio::time::Instant::now() < deadline && !stop.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -94,9 +159,15 @@ fn retry_pause(fruitless: u32) -> Duration {
     Duration::from_millis(doubled.min(limits::BLE_RETRY_MAX_MS))
 }
 
-async fn find_adapter(name: &str) -> Result<Adapter, String> {
-    let manager = Manager::new().await.map_err(|e| format!("cannot reach BlueZ on the system bus: {e}"))?;
-    let adapters = manager.adapters().await.map_err(|e| format!("cannot list adapters: {e}"))?;
+async fn find_adapter(manager: &mut Option<Manager>, name: &str) -> Result<Adapter, String> {
+    let manager = match manager {
+        Some(m) => m,
+        None => manager.insert(Manager::new().await.map_err(|e| format!("cannot reach BlueZ on the system bus: {e}"))?),
+    };
+    let adapters = tokio::time::timeout(Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS), manager.adapters())
+        .await
+        .map_err(|_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS))?
+        .map_err(|e| format!("cannot list adapters: {e}"))?;
     let mut names = Vec::new();
     for adapter in adapters {
         let info = adapter.adapter_info().await.unwrap_or_default();
@@ -118,12 +189,14 @@ struct Known {
 /// One round: adapter, events, scan, until something ends it.
 async fn round(
     settings: &BleSettings,
+    manager: &mut Option<Manager>,
+    announce: bool,
     receiver: &Arc<str>,
     sink: &mut impl Sink,
     state: &ScanState,
     stop: &AtomicBool,
-) -> Result<&'static str, String> {
-    let adapter = find_adapter(&settings.adapter).await?;
+) -> Result<Ended, String> {
+    let adapter = find_adapter(manager, &settings.adapter).await?;
     let mut events = adapter.events().await.map_err(|e| format!("cannot subscribe to events: {e}"))?;
     // The devices BlueZ knows already: the stream starts with a made-up discovery of each,
     // whose properties (RSSI included) are what BlueZ last heard, maybe long ago. Those are no
@@ -136,7 +209,11 @@ async fn round(
     if powered {
         adapter.start_scan(ScanFilter::default()).await.map_err(|e| format!("cannot start scanning: {e}"))?;
         state.scanning.store(true, Ordering::SeqCst);
-        log::info!("BLE: scanning on {}", settings.adapter);
+        if announce {
+            log::info!("BLE: scanning on {}", settings.adapter);
+        } else {
+            log::debug!("BLE: scanning on {}", settings.adapter);
+        }
     } else {
         log::warn!("BLE: adapter {} is powered off; waiting for it", settings.adapter);
     }
@@ -148,13 +225,13 @@ async fn round(
     let tick = Duration::from_millis(250);
     loop {
         if stop.load(Ordering::SeqCst) {
-            let _ = adapter.stop_scan().await;
-            return Ok("stopping");
+            stop_scan(&adapter).await;
+            return Ok(Ended::Stopping);
         }
         let wait = if pending.is_some() { join_wait } else { tick };
         let event = match tokio::time::timeout(wait, events.next()).await {
             Ok(Some(event)) => Some(event),
-            Ok(None) => return Ok("the event stream ended"),
+            Ok(None) => return Ok(Ended::NoMoreEvents),
             Err(_) => None,
         };
         let Some(event) = event else {
@@ -162,12 +239,26 @@ async fn round(
             if let Some((id, rssi, t)) = pending.take() {
                 emit(&known, &id, rssi, t, receiver, sink, state);
             }
+            // Powered off: look again every tick (a power-on after a bluetoothd restart is
+            // not reported on this stream), and scan once it is on.
+            if !powered
+                && let Ok(Ok(CentralState::PoweredOn)) =
+                    tokio::time::timeout(Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS), adapter.adapter_state())
+                        .await
+            {
+                log::info!("BLE: adapter {} powered on; scanning", settings.adapter);
+                adapter.start_scan(ScanFilter::default()).await.map_err(|e| format!("cannot start scanning: {e}"))?;
+                state.scanning.store(true, Ordering::SeqCst);
+                powered = true;
+                quiet_since = tokio::time::Instant::now();
+                continue;
+            }
             // Silence: BlueZ may have restarted (its adapter gone, or back without scanning);
             // a new round finds out. Powered off, the same: the adapter may come back as a new
-            // object whose power-on is never reported on this stream.
+            // object.
             if quiet_since.elapsed() >= settings.watchdog {
-                let _ = adapter.stop_scan().await;
-                return Ok(if powered { "no adverts within the watchdog time" } else { "the adapter stayed off" });
+                stop_scan(&adapter).await;
+                return Ok(if powered { Ended::Quiet } else { Ended::StayedOff });
             }
             continue;
         };
@@ -186,16 +277,16 @@ async fn round(
                 pending = Some((id, rssi, now));
             }
             CentralEvent::ManufacturerDataAdvertisement { id, manufacturer_data } => {
+                flush_other(&mut pending, &id, &known, receiver, sink, state);
                 let entry = remember(&mut known, &id);
                 entry.mfg = sorted(manufacturer_data.into_iter().collect());
-                flush_joined(&mut pending, &known, receiver, sink, state);
             }
             CentralEvent::ServiceDataAdvertisement { id, service_data } => {
+                flush_other(&mut pending, &id, &known, receiver, sink, state);
                 let entry = remember(&mut known, &id);
                 entry.svc = sorted(
                     service_data.into_iter().filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data))).collect(),
                 );
-                flush_joined(&mut pending, &known, receiver, sink, state);
             }
             CentralEvent::DeviceDiscovered(id) => {
                 if let Some((pid, prssi, pt)) = pending.take() {
@@ -256,19 +347,30 @@ fn remember<'a>(known: &'a mut HashMap<PeripheralId, Known>, id: &PeripheralId) 
     known.entry(id.clone()).or_insert_with(|| Known { mac: mac_of(id), mfg: Vec::new(), svc: Vec::new() })
 }
 
-/// A data event right after its RSSI event: they are one advertisement. The pending RSSI goes
-/// out with the data now known: its own advertisement's data when the data event is for the
-/// same device, the device's last data otherwise.
-fn flush_joined(
+/// A data event for another device than the pending RSSI's: the pending advert goes out with
+/// its device's last data. Data events of the same device stay with it: one advertisement
+/// comes as its RSSI event and then a data event for each kind of data it carries
+/// (manufacturer data, service data), and goes out once the next device's event arrives or
+/// nothing more comes within `BLE_JOIN_WAIT_MS`.
+fn flush_other(
     pending: &mut Option<(PeripheralId, i16, i64)>,
+    id: &PeripheralId,
     known: &HashMap<PeripheralId, Known>,
     receiver: &Arc<str>,
     sink: &mut impl Sink,
     state: &ScanState,
 ) {
-    if let Some((pid, rssi, t)) = pending.take() {
+    if pending.as_ref().is_some_and(|(pid, _, _)| pid != id)
+        && let Some((pid, rssi, t)) = pending.take()
+    {
         emit(known, &pid, rssi, t, receiver, sink, state);
     }
+}
+
+/// Stops scanning, waiting at most `BLE_CALL_TIMEOUT_MS` (a connection the bus dropped, or a
+/// hung bluetoothd, answers nothing for the bus's 25 s).
+async fn stop_scan(adapter: &Adapter) {
+    let _ = tokio::time::timeout(Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS), adapter.stop_scan()).await;
 }
 
 fn emit(

@@ -319,7 +319,9 @@ fn a_new_scan_round_records_only_what_is_heard() {
         let rounds = Arc::clone(&rounds);
         move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("BLE: scanning on hci0") {
+                if line.contains("BLE: scanning on hci0")
+                    || line.contains("ended (no adverts within the watchdog time)")
+                {
                     rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             }
@@ -349,6 +351,71 @@ fn a_new_scan_round_records_only_what_is_heard() {
     let last: Value = serde_json::from_str(text.lines().nth(3).unwrap()).unwrap();
     assert_eq!(last["rssi"], -75, "{text}");
     assert_eq!(last["mfg"]["004c"], format!("0215{UUID}00050016c5"), "{text}");
+    let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    assert!(child.wait().unwrap().success());
+}
+
+/// A site where nothing is heard: the watchdog ends a round every few seconds and the next
+/// starts at once (no growing pause in which a returning badge or a panic press goes unheard),
+/// on the one D-Bus connection (each new one was kept open for good, until the bus refused
+/// more and scanning stopped for ever). An advert with manufacturer and service data is
+/// recorded with both of its own (its service data was the advert before's).
+#[test]
+fn a_quiet_adapter_keeps_scanning_on_one_connection() {
+    let mut bus = MockBus::start("quiet");
+    let dir = test_dir("a_quiet_adapter_keeps_scanning_on_one_connection");
+    std::fs::write(dir.join("config.toml"), format!("{BASE_CONFIG}\n[location]\nscan_watchdog_s = 5\n")).unwrap();
+    let mut child = sitegate()
+        .current_dir(&dir)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+        .args(["record", "--config", "config.toml", "--out", "trace.jsonl", "--seconds", "120"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
+    bus.wait_discovering();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let fds_at_start = fds(child.id());
+    // Four watchdog periods and more: each ends a round.
+    let started = std::time::Instant::now();
+    let (mut longest_off, mut off_since) = (std::time::Duration::ZERO, None::<std::time::Instant>);
+    while started.elapsed() < std::time::Duration::from_secs(24) {
+        let status = bus.send(json!({"status": true}));
+        let v: Value = serde_json::from_str(status.strip_prefix("ok ").unwrap()).unwrap();
+        match (v["discovering"].as_bool().unwrap(), off_since) {
+            (false, None) => off_since = Some(std::time::Instant::now()),
+            (true, Some(t)) => {
+                longest_off = longest_off.max(t.elapsed());
+                off_since = None;
+            }
+            _ => {}
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if let Some(t) = off_since {
+        longest_off = longest_off.max(t.elapsed());
+    }
+    assert!(longest_off < std::time::Duration::from_secs(3), "not scanning for {longest_off:?} in a row");
+    let fds_at_end = fds(child.id());
+    assert!(fds_at_end <= fds_at_start + 1, "{fds_at_start} open files, then {fds_at_end}: a connection a round");
+
+    // Manufacturer and service data in one advert, both changing from advert to advert.
+    bus.wait_discovering();
+    for (i, mv) in [3000u16, 2900, 2800, 2700].into_iter().enumerate() {
+        let tlm = format!("2000{mv:04x}17000000000a00000064");
+        bus.ok(json!({"advert": {"mac": "C0:00:00:00:00:33", "rssi": -60, "mfg": {"0059": format!("0{i}")}, "svc": {"feaa": tlm}}}));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let text = wait_for("four recorded adverts", || {
+        let text = std::fs::read_to_string(dir.join("trace.jsonl")).unwrap_or_default();
+        (text.lines().count() >= 4).then_some(text)
+    });
+    for (i, line) in text.lines().enumerate() {
+        let a: Value = serde_json::from_str(line).unwrap();
+        let mv = [3000u16, 2900, 2800, 2700][i];
+        assert_eq!(a["mfg"]["0059"], format!("0{i}"), "{text}");
+        assert_eq!(a["svc"]["feaa"], format!("2000{mv:04x}17000000000a00000064"), "{text}");
+    }
     let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
     assert!(child.wait().unwrap().success());
 }
