@@ -389,11 +389,14 @@ fn list_query(ctx: &Ctx<'_>, rt: RecordType, p: &Params<'_>) -> Result<(ListQuer
     // paging
     let limit =
         p.page_size("limit", 0, i64::from(limits::LIST_LIMIT_MAX), i64::from(limits::LIST_LIMIT_DEFAULT))? as u32;
-    let start = match p.int("start")? {
+    // `offset`, as reports call it, is `start` here too (a client paging a list as it pages a
+    // report would otherwise get the first page for ever); `start` wins when both are given.
+    let key = if p.get("start").is_none() && p.get("offset").is_some() { "offset" } else { "start" };
+    let start = match p.int(key)? {
         None => 0,
         Some(n) if n >= 0 => n as u64,
         Some(n) => {
-            return Err(ApiError::invalid_parameter("start", format!("{n} is negative")));
+            return Err(ApiError::invalid_parameter(key, format!("{n} is negative")));
         }
     };
 

@@ -85,6 +85,16 @@ const HOOK_KEYS: &[&str] = &[
 
 /// Reads hook settings from a body over `base` (a new hook: the defaults).
 fn settings(body: &Value, base: Option<&Hook>) -> Result<HookSettings, ApiError> {
+    // A hook as `GET /hooks/{id}` answers it, sent back whole: `{"hook": {...}, "status": ...}`
+    // (in XML `<response><hook>...</hook><status>...`) is read as its `hook`.
+    let body = match body {
+        Value::Object(m)
+            if m.get("hook").is_some_and(Value::is_object) && m.keys().all(|k| k == "hook" || k == "status") =>
+        {
+            &m["hook"]
+        }
+        other => other,
+    };
     only_keys(body, HOOK_KEYS)?;
     let p = Params::new(body);
     if let Some(h) = base

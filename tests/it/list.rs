@@ -195,6 +195,9 @@ fn sorting_and_paging() {
     let r = c.get_json("/contacts?limit=2&start=1").json();
     assert_eq!(r["count"], 6);
     assert_eq!(names(&c, "limit=2&start=1"), vec!["Cat Delta", "Flag Alpha"]);
+    // `offset`, as reports name it, is `start`; `start` wins.
+    assert_eq!(names(&c, "limit=2&offset=1"), vec!["Cat Delta", "Flag Alpha"]);
+    assert_eq!(names(&c, "limit=2&offset=3&start=1"), vec!["Cat Delta", "Flag Alpha"]);
     assert_eq!(names(&c, "limit=2&start=6"), Vec::<String>::new());
     assert_eq!(c.get_json("/contacts?limit=0").json()["count"], 6);
     assert_eq!(names(&c, "limit=5000").len(), 6);

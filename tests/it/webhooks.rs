@@ -102,6 +102,16 @@ fn managing_hooks() {
     c.get(&format!("/hooks/{own}")).assert_status(200);
     assert_eq!(c.get_json("/hooks").json()["hooks"].as_array().unwrap().len(), 3);
 
+    // A hook as GET answers it, sent back whole (wrapper and status), in JSON and in XML.
+    let whole = c.get_json(&format!("/hooks/{own}")).json();
+    let mut changed = whole.clone();
+    changed["hook"]["title"] = "Renamed".into();
+    c.put_json(&format!("/hooks/{own}"), &changed.to_string()).assert_status(200);
+    assert_eq!(c.get_json(&format!("/hooks/{own}")).json()["hook"]["title"], "Renamed");
+    let xml = c.get(&format!("/hooks/{own}")).body.replace("Renamed", "Again");
+    c.call(Req::new("PUT", &format!("/hooks/{own}")).xml_body(&xml)).assert_status(200);
+    assert_eq!(c.get_json(&format!("/hooks/{own}")).json()["hook"]["title"], "Again");
+
     // A URL a request line cannot carry is kept as a browser sends it: an international host
     // name in its xn-- form, spaces and quotes percent-encoded.
     for (given, kept) in [
