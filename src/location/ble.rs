@@ -90,9 +90,7 @@ pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanStat
     while !stop.load(Ordering::SeqCst) {
         state.rounds.fetch_add(1, Ordering::Relaxed);
         let heard_before = state.adverts.load(Ordering::Relaxed);
-        // Scanning again after a quiet round is not news.
-        let announce = last_ended != Some(Ended::Quiet);
-        let result = round(&settings, &mut manager, announce, &receiver, &mut sink, &state, &stop).await;
+        let result = round(&settings, &mut manager, last_ended, &receiver, &mut sink, &state, &stop).await;
         let heard = state.adverts.load(Ordering::Relaxed) > heard_before;
         match &result {
             Ok(Ended::Stopping) => log::info!("BLE scan on {} stopped", settings.adapter),
@@ -114,8 +112,10 @@ pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanStat
         state.scanning.store(false, Ordering::SeqCst);
         // A round that scanned worked, whether it heard anything or not (a quiet site): the
         // next starts at once. Rounds that fail back off, doubling, to the longest pause.
+        // An adapter that stayed off is looked at every tick within the round: the next round
+        // starts at once too, so that it is scanned with within a second of its power-on.
         let pause = match &result {
-            Ok(Ended::Quiet | Ended::Stopping) => {
+            Ok(Ended::Quiet | Ended::StayedOff | Ended::Stopping) => {
                 fruitless = 0;
                 Duration::ZERO
             }
@@ -190,7 +190,7 @@ struct Known {
 async fn round(
     settings: &BleSettings,
     manager: &mut Option<Manager>,
-    announce: bool,
+    last_ended: Option<Ended>,
     receiver: &Arc<str>,
     sink: &mut impl Sink,
     state: &ScanState,
@@ -209,13 +209,16 @@ async fn round(
     if powered {
         adapter.start_scan(ScanFilter::default()).await.map_err(|e| format!("cannot start scanning: {e}"))?;
         state.scanning.store(true, Ordering::SeqCst);
-        if announce {
+        // Scanning again after a quiet round, or finding the adapter still off, is not news.
+        if !matches!(last_ended, Some(Ended::Quiet | Ended::StayedOff)) {
             log::info!("BLE: scanning on {}", settings.adapter);
         } else {
             log::debug!("BLE: scanning on {}", settings.adapter);
         }
-    } else {
+    } else if last_ended != Some(Ended::StayedOff) {
         log::warn!("BLE: adapter {} is powered off; waiting for it", settings.adapter);
+    } else {
+        log::debug!("BLE: adapter {} is powered off; waiting for it", settings.adapter);
     }
     let mut known: HashMap<PeripheralId, Known> = HashMap::new();
     // An RSSI event waiting for the data event of the same advertisement.

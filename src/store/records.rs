@@ -1351,7 +1351,15 @@ mod tests {
         let behind = now_secs() - 3_600;
         stamp(behind).unwrap();
         let before = now_secs();
-        store.update_record(&viewer, RecordType::Contact, id, changes()).unwrap();
+        // (A change: one that changes nothing is not stamped.)
+        store
+            .update_record(
+                &viewer,
+                RecordType::Contact,
+                id,
+                RecordChanges { fields: fields("Lu"), ..Default::default() },
+            )
+            .unwrap();
         let record = store.show_record(&viewer, RecordType::Contact, id).unwrap().record;
         assert!((before..=now_secs()).contains(&record.updated), "{} not now", record.updated);
         assert_eq!(record.created, behind);
