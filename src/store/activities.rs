@@ -240,12 +240,14 @@ impl Store {
             if node.is_record || node.typeid != kind.typeid() {
                 return Err(StoreError::NotFound);
             }
-            let (current_parent, fields_text): (i64, String) = tx
-                .prepare_cached("SELECT parent, fields FROM items WHERE id = ?1")?
-                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let (current_parent, fields_text, current_position): (i64, String, i64) = tx
+                .prepare_cached("SELECT parent, fields, position FROM items WHERE id = ?1")?
+                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
             let mut fields = parse_fields(&fields_text);
             check_principals(tx, viewer, kind, &changes.fields, Some(&fields))?;
+            let fields_before = fields.clone();
             merge_fields(&mut fields, &changes.fields);
+            let mut moved = false;
 
             let mut parent_id = current_parent;
             let mut record_id = node.record_id;
@@ -274,9 +276,16 @@ impl Store {
                 record_id = target_node.record_id;
                 let position = position_for(tx, parent_id, changes.place, Some(id))?;
                 tx.exec("UPDATE items SET parent = ?2, position = ?3 WHERE id = ?1", (id, parent_id, position))?;
+                moved = true;
             } else if changes.place.is_some() {
                 let position = position_for(tx, parent_id, changes.place, Some(id))?;
                 tx.exec("UPDATE items SET position = ?2 WHERE id = ?1", (id, position))?;
+                moved = position != current_position;
+            }
+            // An update that changes nothing (a client saving what it read) leaves `updated`
+            // where it was and tells no hook, as for records.
+            if !moved && fields == fields_before && changes.upload.is_none() {
+                return Ok((record_id, false));
             }
 
             let title = kind.title(&fields);

@@ -178,6 +178,8 @@ fn every_event_is_delivered_signed_and_in_order() {
     c.put_json(&format!("/contacts/{ann}"), r#"{"categories": {"remove": [1]}}"#).assert_status(200); // update, uncategorize
     let note = c.create_activity("note", &format!(r#"{{"parent": {ann}, "data": {{"details": "hi"}}}}"#));
     c.put_json(&format!("/contacts/note/{note}"), r#"{"data": {"details": "hello"}}"#).assert_status(200);
+    // The same again changes nothing: no event.
+    c.put_json(&format!("/contacts/note/{note}"), r#"{"data": {"details": "hello"}}"#).assert_status(200);
     c.delete(&format!("/contacts/note/{note}")).assert_status(200);
     c.call(Req::new("POST", &format!("/contacts/note/{note}/restore"))).assert_status(200);
     c.delete(&format!("/contacts/{ann}")).assert_status(200);
