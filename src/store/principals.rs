@@ -463,7 +463,7 @@ fn keep_last_admin(tx: &Connection, email: &str, what: &str) -> Result<()> {
     if others == 0 {
         return Err(StoreError::BadReference(format!(
             "{email} is the last administrator of organisation {org} who can log in: make another one \
-             (`sitegate user add --admin`, `sitegate user admin`) before this one is {what}"
+             (`sitegate user add --admin --org {org}`, `sitegate user admin`) before this one is {what}"
         )));
     }
     Ok(())
