@@ -1,10 +1,18 @@
-//! The live source: BLE adverts from BlueZ through btleplug, on the process's tokio runtime.
+//! The live source: BLE adverts from BlueZ, on the process's tokio runtime.
 //!
-//! btleplug turns one advertisement into an RSSI event followed by a data event for the same
-//! device, and when the data did not change (a beacon repeats itself), into the RSSI event
-//! alone. Both become one [`Advert`] here: an RSSI event waits briefly for its data event, and
-//! otherwise goes out with the device's last known data. Events carry no time: each advert is
-//! stamped on arrival.
+//! btleplug drives the adapter: finds it, watches its power, starts and stops scanning. The
+//! adverts themselves are read from bluez-async's event stream (the library btleplug itself
+//! reads BlueZ with on Linux), on a D-Bus connection of their own: btleplug's own event stream
+//! asks bluetoothd for the whole device (a D-Bus round trip) before it passes on each RSSI or
+//! data event, so a busy site (hundreds of tags, phones) is read at the pace of those round
+//! trips and falls behind, while the signals themselves carry all an advert needs
+//! (BENCHMARKS.md, "The live BLE path under a flood").
+//!
+//! BlueZ turns one advertisement into one PropertiesChanged signal, which bluez-async splits
+//! into an RSSI event followed by a data event for each kind of data, and when the data did
+//! not change and no scan asked for duplicates, into the RSSI event alone. They become one
+//! [`Advert`] here: an RSSI event waits briefly for its data events, and otherwise goes out
+//! with the device's last known data. Events carry no time: each advert is stamped on arrival.
 //!
 //! BlueZ is not always there: the adapter may be missing or powered off, and a restart of
 //! bluetoothd is silent (the event stream just stops). So the source runs in rounds: find the
@@ -13,18 +21,19 @@
 //! site), after a pause that grows while rounds fail (BlueZ or the adapter missing). A
 //! powered-off adapter is watched within the round and scanned again once it is back.
 //!
-//! The D-Bus connection (btleplug's `Manager`) is kept from round to round: each one made
-//! holds its connection for as long as the bus keeps it open, whatever becomes of the
-//! `Manager`, and the bus allows a user some 256. A new one is made only once the old one's
-//! connection is lost (the bus restarted).
+//! The D-Bus connections (btleplug's `Manager`, bluez-async's session) are kept from round to
+//! round: each one made holds its connection for as long as the bus keeps it open, whatever
+//! becomes of the `Manager`, and the bus allows a user some 256. New ones are made only once
+//! the old ones' connection is lost (the bus restarted).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use btleplug::api::{Central, CentralEvent, CentralState, Manager as _, Peripheral as _, ScanFilter};
-use btleplug::platform::{Adapter, Manager, PeripheralId};
+use bluez_async::{AdapterEvent, AdapterId, BluetoothEvent, BluetoothSession, DeviceEvent, DeviceId};
+use btleplug::api::{Central, CentralState, Manager as _, ScanFilter};
+use btleplug::platform::{Adapter, Manager};
 use futures_util::StreamExt;
 
 use super::beacon::{Advert, Mac};
@@ -83,14 +92,14 @@ impl Ended {
 /// Runs rounds of scanning until `stop` is set.
 pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanState>, stop: Arc<AtomicBool>) {
     let receiver: Arc<str> = settings.adapter.as_str().into();
-    let mut manager: Option<Manager> = None;
+    let mut bus: Option<Bus> = None;
     let mut fruitless = 0u32;
     let mut last_error = String::new();
     let mut last_ended = None;
     while !stop.load(Ordering::SeqCst) {
         state.rounds.fetch_add(1, Ordering::Relaxed);
         let heard_before = state.adverts.load(Ordering::Relaxed);
-        let result = round(&settings, &mut manager, last_ended, &receiver, &mut sink, &state, &stop).await;
+        let result = round(&settings, &mut bus, last_ended, &receiver, &mut sink, &state, &stop).await;
         let heard = state.adverts.load(Ordering::Relaxed) > heard_before;
         match &result {
             Ok(Ended::Stopping) => log::info!("BLE scan on {} stopped", settings.adapter),
@@ -138,7 +147,7 @@ pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanStat
                 // A connection the bus has dropped (it restarted) fails every call at once:
                 // the next round makes a new one.
                 if e.contains("Failed to send message") || e.contains("Disconnected") {
-                    manager = None;
+                    bus = None;
                 }
                 last_error = e;
             }
@@ -159,27 +168,60 @@ fn retry_pause(fruitless: u32) -> Duration {
     Duration::from_millis(doubled.min(limits::BLE_RETRY_MAX_MS))
 }
 
-async fn find_adapter(manager: &mut Option<Manager>, name: &str) -> Result<Adapter, String> {
-    let manager = match manager {
-        Some(m) => m,
-        None => manager.insert(Manager::new().await.map_err(|e| format!("cannot reach BlueZ on the system bus: {e}"))?),
+/// The two connections to the system bus: btleplug's for the adapter, bluez-async's for the
+/// adverts.
+struct Bus {
+    manager: Manager,
+    session: BluetoothSession,
+}
+
+async fn connect() -> Result<Bus, String> {
+    let unreachable = |e: &dyn std::fmt::Display| format!("cannot reach BlueZ on the system bus: {e}");
+    let manager = Manager::new().await.map_err(|e| unreachable(&e))?;
+    // The connection's own task is spawned by bluez-async; what it returns only tells when the
+    // connection is lost, which the calls' errors tell too.
+    let (_, session) = BluetoothSession::new().await.map_err(|e| unreachable(&e))?;
+    Ok(Bus { manager, session })
+}
+
+/// The adapter named `name`, as btleplug and bluez-async know it.
+async fn find_adapter(bus: &mut Option<Bus>, name: &str) -> Result<(Adapter, AdapterId), String> {
+    let bus = match bus {
+        Some(b) => b,
+        None => bus.insert(connect().await?),
     };
-    let adapters = tokio::time::timeout(Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS), manager.adapters())
+    let timeout = Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS);
+    let adapters = tokio::time::timeout(timeout, bus.manager.adapters())
         .await
         .map_err(|_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS))?
         .map_err(|e| format!("cannot list adapters: {e}"))?;
     let mut names = Vec::new();
+    let mut found = None;
     for adapter in adapters {
         let info = adapter.adapter_info().await.unwrap_or_default();
         if info.split_whitespace().next() == Some(name) {
-            return Ok(adapter);
+            found = Some(adapter);
+            break;
         }
         names.push(info);
     }
-    Err(format!("no adapter {name} (found: {})", if names.is_empty() { "none".into() } else { names.join(", ") }))
+    let Some(adapter) = found else {
+        return Err(format!(
+            "no adapter {name} (found: {})",
+            if names.is_empty() { "none".into() } else { names.join(", ") }
+        ));
+    };
+    let infos = tokio::time::timeout(timeout, bus.session.get_adapters())
+        .await
+        .map_err(|_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS))?
+        .map_err(|e| format!("cannot list adapters: {e}"))?;
+    // `hci0` is how an adapter id shows itself.
+    let id = infos.into_iter().map(|a| a.id).find(|id| id.to_string() == name);
+    let id = id.ok_or_else(|| format!("no adapter {name} (it went as it was looked up)"))?;
+    Ok((adapter, id))
 }
 
-/// What btleplug last said about a device's advertising data.
+/// What BlueZ last said about a device's advertising data.
 struct Known {
     mac: Mac,
     mfg: Vec<(u16, Vec<u8>)>,
@@ -189,22 +231,21 @@ struct Known {
 /// One round: adapter, events, scan, until something ends it.
 async fn round(
     settings: &BleSettings,
-    manager: &mut Option<Manager>,
+    bus: &mut Option<Bus>,
     last_ended: Option<Ended>,
     receiver: &Arc<str>,
     sink: &mut impl Sink,
     state: &ScanState,
     stop: &AtomicBool,
 ) -> Result<Ended, String> {
-    let adapter = find_adapter(manager, &settings.adapter).await?;
-    let mut events = adapter.events().await.map_err(|e| format!("cannot subscribe to events: {e}"))?;
-    // The devices BlueZ knows already: the stream starts with a made-up discovery of each,
-    // whose properties (RSSI included) are what BlueZ last heard, maybe long ago. Those are no
-    // adverts; the device's data is read when it is heard again.
-    let mut cached: std::collections::HashSet<PeripheralId> = match adapter.peripherals().await {
-        Ok(list) => list.iter().map(|p| p.id()).collect(),
-        Err(_) => Default::default(),
-    };
+    let (adapter, adapter_id) = find_adapter(bus, &settings.adapter).await?;
+    let session = bus.as_ref().map(|b| b.session.clone()).ok_or("no connection to the system bus")?;
+    // The adapter's signals only (the bus filters them by path), and every device's arrival.
+    // The devices BlueZ knew before are not in it: their properties (RSSI included) are what
+    // BlueZ last heard, maybe long ago, and no adverts; a device's data is read when it is
+    // heard again.
+    let mut events =
+        session.adapter_event_stream(&adapter_id).await.map_err(|e| format!("cannot subscribe to events: {e}"))?;
     let mut powered = adapter.adapter_state().await.map(|s| s == CentralState::PoweredOn).unwrap_or(false);
     if powered {
         adapter.start_scan(ScanFilter::default()).await.map_err(|e| format!("cannot start scanning: {e}"))?;
@@ -220,9 +261,9 @@ async fn round(
     } else {
         log::debug!("BLE: adapter {} is powered off; waiting for it", settings.adapter);
     }
-    let mut known: HashMap<PeripheralId, Known> = HashMap::new();
+    let mut known: HashMap<DeviceId, Known> = HashMap::new();
     // An RSSI event waiting for the data event of the same advertisement.
-    let mut pending: Option<(PeripheralId, i16, i64)> = None;
+    let mut pending: Option<(DeviceId, i16, i64)> = None;
     let mut quiet_since = tokio::time::Instant::now();
     let join_wait = Duration::from_millis(limits::BLE_JOIN_WAIT_MS);
     let tick = Duration::from_millis(250);
@@ -267,48 +308,9 @@ async fn round(
         };
         quiet_since = tokio::time::Instant::now();
         let now = now_ms();
-        match event {
-            CentralEvent::RssiUpdate { id, rssi } => {
-                if let Some((pid, prssi, pt)) = pending.take() {
-                    emit(&known, &pid, prssi, pt, receiver, sink, state);
-                }
-                if !known.contains_key(&id) {
-                    // Known to BlueZ before this round, or forgotten since: a beacon that
-                    // repeats itself sends no data events, so read its data once.
-                    learn(&adapter, &id, &mut known).await;
-                }
-                pending = Some((id, rssi, now));
-            }
-            CentralEvent::ManufacturerDataAdvertisement { id, manufacturer_data } => {
-                flush_other(&mut pending, &id, &known, receiver, sink, state);
-                let entry = remember(&mut known, &id);
-                entry.mfg = sorted(manufacturer_data.into_iter().collect());
-            }
-            CentralEvent::ServiceDataAdvertisement { id, service_data } => {
-                flush_other(&mut pending, &id, &known, receiver, sink, state);
-                let entry = remember(&mut known, &id);
-                entry.svc = sorted(
-                    service_data.into_iter().filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data))).collect(),
-                );
-            }
-            CentralEvent::DeviceDiscovered(id) => {
-                if let Some((pid, prssi, pt)) = pending.take() {
-                    emit(&known, &pid, prssi, pt, receiver, sink, state);
-                }
-                if cached.remove(&id) {
-                    continue; // made up for a device BlueZ knew already: not heard now
-                }
-                // A device's first advertisement arrives with its discovery, as properties
-                // rather than events: read them once.
-                if let Some(rssi) = learn(&adapter, &id, &mut known).await {
-                    emit(&known, &id, rssi, now, receiver, sink, state);
-                }
-            }
-            CentralEvent::DeviceUpdated(id) => {
-                remember(&mut known, &id);
-            }
-            CentralEvent::StateUpdate(s) => {
-                let on = s == CentralState::PoweredOn;
+        let (id, event) = match event {
+            BluetoothEvent::Device { id, event } => (id, event),
+            BluetoothEvent::Adapter { id, event: AdapterEvent::Powered { powered: on } } if id == adapter_id => {
                 if on && !powered {
                     log::info!("BLE: adapter {} powered on; scanning", settings.adapter);
                     adapter
@@ -321,6 +323,44 @@ async fn round(
                     state.scanning.store(false, Ordering::SeqCst);
                 }
                 powered = on;
+                continue;
+            }
+            _ => continue,
+        };
+        match event {
+            DeviceEvent::Rssi { rssi } => {
+                if let Some((pid, prssi, pt)) = pending.take() {
+                    emit(&known, &pid, prssi, pt, receiver, sink, state);
+                }
+                if !known.contains_key(&id) {
+                    // Known to BlueZ before this round, or forgotten since: a beacon that
+                    // repeats itself sends no data events, so read its data once.
+                    learn(&session, &id, &mut known).await;
+                }
+                pending = Some((id, rssi, now));
+            }
+            DeviceEvent::ManufacturerData { manufacturer_data } => {
+                flush_other(&mut pending, &id, &known, receiver, sink, state);
+                let entry = remember(&mut known, &id);
+                entry.mfg = sorted(manufacturer_data.into_iter().collect());
+            }
+            DeviceEvent::ServiceData { service_data } => {
+                flush_other(&mut pending, &id, &known, receiver, sink, state);
+                let entry = remember(&mut known, &id);
+                entry.svc = sorted(
+                    service_data.into_iter().filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data))).collect(),
+                );
+            }
+            // Every device's arrival is on the stream, whichever adapter heard it.
+            DeviceEvent::Discovered if id.adapter() == adapter_id => {
+                if let Some((pid, prssi, pt)) = pending.take() {
+                    emit(&known, &pid, prssi, pt, receiver, sink, state);
+                }
+                // A device's first advertisement arrives with its discovery, as properties
+                // rather than events: read them once.
+                if let Some(rssi) = learn(&session, &id, &mut known).await {
+                    emit(&known, &id, rssi, now, receiver, sink, state);
+                }
             }
             _ => {}
         }
@@ -331,13 +371,11 @@ async fn round(
     }
 }
 
-/// Reads a device's advertising data from its properties into `known`; returns the RSSI they
-/// carry.
-async fn learn(adapter: &Adapter, id: &PeripheralId, known: &mut HashMap<PeripheralId, Known>) -> Option<i16> {
-    let properties = match adapter.peripheral(id).await {
-        Ok(p) => p.properties().await.ok().flatten(),
-        Err(_) => None,
-    };
+/// Reads a device's advertising data from its properties into `known` (one D-Bus round trip);
+/// returns the RSSI they carry.
+async fn learn(session: &BluetoothSession, id: &DeviceId, known: &mut HashMap<DeviceId, Known>) -> Option<i16> {
+    let timeout = Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS);
+    let properties = tokio::time::timeout(timeout, session.get_device_info(id)).await.ok().and_then(Result::ok);
     let entry = remember(known, id);
     let p = properties?;
     entry.mfg = sorted(p.manufacturer_data.into_iter().collect());
@@ -346,7 +384,7 @@ async fn learn(adapter: &Adapter, id: &PeripheralId, known: &mut HashMap<Periphe
     p.rssi
 }
 
-fn remember<'a>(known: &'a mut HashMap<PeripheralId, Known>, id: &PeripheralId) -> &'a mut Known {
+fn remember<'a>(known: &'a mut HashMap<DeviceId, Known>, id: &DeviceId) -> &'a mut Known {
     known.entry(id.clone()).or_insert_with(|| Known { mac: mac_of(id), mfg: Vec::new(), svc: Vec::new() })
 }
 
@@ -356,9 +394,9 @@ fn remember<'a>(known: &'a mut HashMap<PeripheralId, Known>, id: &PeripheralId) 
 /// (manufacturer data, service data), and goes out once the next device's event arrives or
 /// nothing more comes within `BLE_JOIN_WAIT_MS`.
 fn flush_other(
-    pending: &mut Option<(PeripheralId, i16, i64)>,
-    id: &PeripheralId,
-    known: &HashMap<PeripheralId, Known>,
+    pending: &mut Option<(DeviceId, i16, i64)>,
+    id: &DeviceId,
+    known: &HashMap<DeviceId, Known>,
     receiver: &Arc<str>,
     sink: &mut impl Sink,
     state: &ScanState,
@@ -377,8 +415,8 @@ async fn stop_scan(adapter: &Adapter) {
 }
 
 fn emit(
-    known: &HashMap<PeripheralId, Known>,
-    id: &PeripheralId,
+    known: &HashMap<DeviceId, Known>,
+    id: &DeviceId,
     rssi: i16,
     t_ms: i64,
     receiver: &Arc<str>,
@@ -410,7 +448,7 @@ fn short_uuid(uuid: &uuid::Uuid) -> Option<u16> {
 }
 
 /// The MAC in a BlueZ device id (`hci0/dev_AA_BB_CC_DD_EE_FF`).
-fn mac_of(id: &PeripheralId) -> Mac {
+fn mac_of(id: &DeviceId) -> Mac {
     let text = id.to_string();
     text.rsplit("dev_").next().and_then(|m| Mac::parse(&m.replace('_', ":"))).unwrap_or(Mac([0; 6]))
 }

@@ -1,6 +1,6 @@
-//! The live BLE path end to end: the real binary scans through btleplug and libdbus against a
-//! BlueZ mock on a private D-Bus system bus (tests/ble), and the location API shows what it
-//! heard. `tests/ble/setup.sh` installs what the mock needs.
+//! The live BLE path end to end: the real binary scans through btleplug, bluez-async and
+//! libdbus against a BlueZ mock on a private D-Bus system bus (tests/ble), and the location API
+//! shows what it heard. `tests/ble/setup.sh` installs what the mock needs.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -296,6 +296,58 @@ fn record_writes_what_the_adapter_hears() {
     assert_eq!(eddy["svc"]["feaa"], uid);
     let times: Vec<i64> = adverts.iter().map(|a| a["t_ms"].as_i64().unwrap()).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "stamped on arrival, in order: {times:?}");
+}
+
+/// Device property reads (`GetAll` on a device) the mock has answered so far.
+fn device_reads(bus: &mut MockBus) -> i64 {
+    let answer = bus.send(json!({"status": true}));
+    let state: Value = serde_json::from_str(answer.strip_prefix("ok ").unwrap_or(&answer)).unwrap();
+    state["device_reads"].as_i64().unwrap_or_else(|| panic!("status: {answer}"))
+}
+
+/// Adverts of devices the adapter knows are read from BlueZ's signals alone: no D-Bus round
+/// trip for each (which set the pace of a busy site and let a flood fall behind), each advert
+/// still whole, with its own RSSI and data, in the order heard.
+#[test]
+fn adverts_of_known_devices_are_read_without_a_round_trip_each() {
+    let mut bus = MockBus::start("signals");
+    let dir = test_dir("adverts_of_known_devices_are_read_without_a_round_trip_each");
+    let mut child = sitegate()
+        .current_dir(&dir)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+        .args(["record", "--out", "trace.jsonl", "--seconds", "120"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    bus.wait_discovering();
+    let macs: Vec<String> = (0..20).map(|i| format!("C2:00:00:00:00:{i:02X}")).collect();
+    let recorded = |n: usize| {
+        wait_for(&format!("{n} recorded adverts"), || {
+            let text = std::fs::read_to_string(dir.join("trace.jsonl")).unwrap_or_default();
+            (text.lines().count() >= n).then_some(text)
+        })
+    };
+    // First sight of each: its properties are read once.
+    bus.ok(json!({"adverts": macs.iter().enumerate().map(|(i, m)| ibeacon(m, i as u16, -50)).collect::<Vec<_>>()}));
+    recorded(macs.len());
+    let reads_at_first_sight = device_reads(&mut bus);
+    assert!(reads_at_first_sight >= 1, "the first sight of a device reads its properties");
+    for round in 0..10 {
+        bus.ok(json!({"adverts": macs.iter().enumerate().map(|(i, m)| ibeacon(m, i as u16, -60 - round)).collect::<Vec<_>>()}));
+    }
+    let text = recorded(macs.len() * 11);
+    let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(device_reads(&mut bus) - reads_at_first_sight, 0, "property reads for 200 adverts of known devices");
+    let adverts: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(adverts.len(), macs.len() * 11, "{text}");
+    for (i, mac) in macs.iter().enumerate() {
+        let heard: Vec<&Value> = adverts.iter().filter(|a| a["mac"] == mac.as_str()).collect();
+        let rssi: Vec<i64> = heard.iter().map(|a| a["rssi"].as_i64().unwrap()).collect();
+        assert_eq!(rssi, [-50, -60, -61, -62, -63, -64, -65, -66, -67, -68, -69], "{mac}");
+        let data = format!("0215{UUID}0005{i:04x}c5");
+        assert!(heard.iter().all(|a| a["mfg"]["004c"] == data.as_str() && a["receiver"] == "hci0"), "{mac}: {heard:?}");
+    }
 }
 
 /// A new scan round (here after the watchdog's silence) does not take the devices BlueZ
