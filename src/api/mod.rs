@@ -536,7 +536,7 @@ impl App {
         Out::map()
             .with("enabled", Out::Int(i64::from(self.config.mqtt.enabled)))
             .with("connections", Out::Int(m.connections.load(Relaxed)))
-            .with("sessions", Out::Int(m.sessions.load(Relaxed)))
+            .with("sessions", Out::Int(m.sessions()))
             .with("refused", n(&m.auth_refused))
             .with("published", n(&m.published))
             .with("dropped", n(&m.dropped))

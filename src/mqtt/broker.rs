@@ -59,9 +59,8 @@ pub struct TlsSettings {
 pub struct BrokerStats {
     /// Clients connected now.
     pub connections: std::sync::atomic::AtomicI64,
-    /// Sessions held: those connected, and persistent ones whose client is away (each holds
-    /// memory, queued messages and an open file until it ends).
-    pub sessions: std::sync::atomic::AtomicI64,
+    /// The broker's context, for the sessions it holds (see [`BrokerStats::sessions`]).
+    scx: Mutex<Option<ServerContext>>,
     pub auth_refused: AtomicU64,
     pub subscribe_refused: AtomicU64,
     pub publish_refused: AtomicU64,
@@ -69,6 +68,16 @@ pub struct BrokerStats {
     pub published: AtomicU64,
     /// Feed messages the engine could not queue for the broker (queue full).
     pub feed_dropped: AtomicU64,
+}
+
+impl BrokerStats {
+    /// Sessions held: those connected, and persistent ones whose client is away (each holds
+    /// memory, queued messages and an open file until it ends). Read from the broker when
+    /// asked: it forgets a session after the hook that says it ended has run.
+    pub fn sessions(&self) -> i64 {
+        let scx = self.scx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        scx.as_ref().map_or(0, |scx| i64::try_from(scx.sessions.count()).unwrap_or(i64::MAX))
+    }
 }
 
 /// A running broker. Dropping it does not stop it: call [`Broker::stop`].
@@ -111,6 +120,7 @@ impl Broker {
             .mqtt_max_sessions(isize::try_from(settings.connections_max).unwrap_or(isize::MAX))
             .build()
             .await;
+        *stats.scx.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(scx.clone());
         *scx.extends.retain_mut().await = Box::new(RetainStore::default());
         *scx.extends.shared_subscription_mut().await = Box::new(SharedRoundRobin::default());
         *scx.extends.fitter_mgr_mut().await = Box::new(KeepAliveCap);
@@ -228,6 +238,8 @@ impl Broker {
     pub fn stop(self) {
         self.reaper.abort();
         self.server.abort();
+        // The context holds the hooks, which hold the counters: let go of it.
+        self.stats.scx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     }
 }
 
@@ -370,11 +382,6 @@ impl Hooks {
             gone.client_id,
             id.client_id
         );
-    }
-
-    fn count_sessions(&self) {
-        let held = i64::try_from(self.scx.sessions.count()).unwrap_or(i64::MAX);
-        self.stats.sessions.store(held, Ordering::Relaxed);
     }
 
     async fn authenticate(&self, ci: &rmqtt::types::ConnectInfo) -> AuthResult {
@@ -529,12 +536,10 @@ impl Handler for HookHandler {
                     map.remove(client_id);
                 }
                 drop(map);
-                h.count_sessions();
                 (true, acc)
             }
             Parameter::ClientConnected(session) => {
                 h.stats.connections.fetch_add(1, Ordering::Relaxed);
-                h.count_sessions();
                 let mut map = h.principals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(held) = map.get_mut::<str>(&session.id.client_id)
                     && held.create_time == session.id.create_time

@@ -782,6 +782,22 @@ fn persistent_sessions_of_clients_gone_do_not_lock_others_out() {
     assert!(s.stderr().contains("disconnected longest, ended to let"), "{}", s.stderr());
 }
 
+/// `/health` counts a session that ended as soon as it ended, not once the next client came.
+#[test]
+fn health_stops_counting_a_session_once_it_ends() {
+    let s = Service::start("health_stops_counting_a_session_once_it_ends");
+    let password = mqtt_user(&s, "acme", "intercom", false);
+    let counts = || {
+        let health = s.anonymous().get_json("/health").json();
+        (health["mqtt"]["connections"].as_i64().unwrap(), health["mqtt"]["sessions"].as_i64().unwrap())
+    };
+    let m = connect(mqtt_addr(&s), "short-lived", "intercom", &password).unwrap();
+    wait_for("one connection and its session", || (counts() == (1, 1)).then_some(()));
+    let _ = m.client.disconnect();
+    drop(m);
+    wait_for("no connection and no session", || (counts() == (0, 0)).then_some(()));
+}
+
 /// Subscriptions refused in a SUBACK (beyond the 100 a client may hold) are the client's
 /// business: they do not write a log line each, which one packet could make thousands of.
 #[test]
