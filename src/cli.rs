@@ -251,7 +251,8 @@ pub struct DeviceDelete {
 
 #[derive(FromArgs, Debug)]
 /// Erase a deleted record for good (personal data): the record, its activities and their
-/// files, its tags, its links to and from other records and its indexed values. It must have
+/// files, its tags, its links to and from other records, its indexed values and the webhook
+/// deliveries about them (sent or not: it says how many were not sent). It must have
 /// been deleted first (`DELETE /contacts/ID`); until erased it can be restored. A contact's
 /// location history and visits go with her (`sitegate locations --purge` forgets them
 /// without erasing the contact); backups made before keep it all.

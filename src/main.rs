@@ -382,11 +382,18 @@ fn run(command: Command) -> Result<(), Failure> {
                 ))
             })?;
             let (_, store) = open_existing(e.config.as_deref())?;
-            let rows = store.erase_record(rt, e.id).map_err(|err| match err {
+            let erased = store.erase_record(rt, e.id).map_err(|err| match err {
                 StoreError::NotFound => Failure::Usage(format!("no {} {}", e.record_type, e.id)),
                 other => usage(other),
             })?;
-            println!("erased {} {} ({rows} rows)", e.record_type, e.id);
+            println!("erased {} {} ({} rows)", e.record_type, e.id, erased.rows);
+            if erased.unsent_deliveries > 0 {
+                println!(
+                    "{} webhook deliveries about it were not sent yet and went with it: their receivers \
+                     will not hear of those changes",
+                    erased.unsent_deliveries
+                );
+            }
             Ok(())
         }
         Command::User(u) => run_user(u.command),

@@ -693,6 +693,52 @@ impl Store {
     }
 }
 
+/// Forgets the webhook deliveries about record `record_id` and its activities, sent or not,
+/// with their bodies (for an erase: the bodies hold what is erased, a failed delivery could be
+/// sent again, and one not yet sent would send it now). Each hook's pending count and head
+/// follow. Returns the rows removed, and how many of the deliveries were not sent yet (their
+/// receivers will not hear of those changes). A delivery a sender holds already goes out; its
+/// outcome finds no row to record.
+pub(super) fn forget_deliveries_of(tx: &Connection, record_id: i64) -> Result<(usize, usize)> {
+    let gone: Vec<(i64, i64, i64, i64)> = tx
+        .prepare(
+            "DELETE FROM deliveries
+             WHERE (event LIKE 'items.%' OR event LIKE 'activities.%')
+               AND object_id IN (SELECT id FROM items WHERE id = ?1 OR record_id = ?1)
+             RETURNING id, hook_id, payload_id, state",
+        )?
+        .query_map([record_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut pending: HashMap<i64, i64> = HashMap::new();
+    for (_, hook, _, state) in &gone {
+        if *state == 0 {
+            *pending.entry(*hook).or_default() += 1;
+        }
+    }
+    let unsent = pending.values().sum::<i64>() as usize;
+    for (hook, n) in pending {
+        tx.exec("UPDATE hooks SET pending = max(pending - ?2, 0) WHERE id = ?1", (hook, n))?;
+        tx.exec(
+            "UPDATE hooks SET head = coalesce(
+                 (SELECT d.id FROM deliveries d WHERE d.id >= hooks.head AND d.hook_id = hooks.id AND d.state = 0
+                  ORDER BY d.id LIMIT 1), head)
+             WHERE id = ?1 AND pending > 0",
+            [hook],
+        )?;
+    }
+    // A payload is shared only by the deliveries of one change (one record or activity), all
+    // of them among those just removed; the check near them is for safety, as in the purge.
+    let mut rows = gone.len();
+    let mut unreferenced = tx.prepare_cached(
+        "DELETE FROM payloads WHERE id = ?2 AND NOT EXISTS (
+             SELECT 1 FROM deliveries WHERE id BETWEEN ?1 - ?3 AND ?1 + ?3 AND payload_id = ?2)",
+    )?;
+    for (delivery, _, payload, _) in gone {
+        rows += unreferenced.execute((delivery, payload, limits::WEBHOOKS_PER_ORG_MAX))?;
+    }
+    Ok((rows, unsent))
+}
+
 /// Whether a pending delivery, `attempts` tried and due at `next_at`, is due at `now`: its
 /// time has come, or it lies further ahead than the delay that set it. Due times are taken
 /// from the wall clock, and one stepped back (NTP correcting a clock that ran ahead, a gateway

@@ -232,6 +232,16 @@ fn visible(viewer: &Viewer, alias: &str) -> String {
     if viewer.admin { "1".to_string() } else { format!("{alias}.ownership IN (SELECT value FROM json_each(:owners))") }
 }
 
+/// What an erase removed.
+#[derive(Debug)]
+pub struct Erased {
+    /// Rows removed.
+    pub rows: usize,
+    /// Webhook deliveries about the record that were not sent yet: their receivers will not
+    /// hear of those changes.
+    pub unsent_deliveries: usize,
+}
+
 impl Store {
     #[cfg(test)]
     pub fn create_record(&self, viewer: &Viewer, new: NewRecord) -> Result<i64> {
@@ -545,10 +555,10 @@ impl Store {
     }
 
     /// Erases a deleted record for good, with its activities (and their files), its tags, its
-    /// links from and to other records and its indexed values; devices and alerts that named
-    /// it as their contact name none. A record not deleted is refused: deleting is what can be
-    /// undone, erasing what cannot. The number of rows removed.
-    pub fn erase_record(&self, record_type: RecordType, id: i64) -> Result<usize> {
+    /// links from and to other records, its indexed values and the webhook deliveries about
+    /// them, sent or not; devices and alerts that named it as their contact name none. A record
+    /// not deleted is refused: deleting is what can be undone, erasing what cannot.
+    pub fn erase_record(&self, record_type: RecordType, id: i64) -> Result<Erased> {
         self.write(|tx| {
             let archived: Option<Option<i64>> = tx
                 .query_row(
@@ -590,8 +600,10 @@ impl Store {
                 rows += tx.exec("DELETE FROM visits WHERE contact_id = ?1", [id])?;
             }
             tx.exec("UPDATE alerts SET contact_id = NULL WHERE contact_id = ?1", [id])?;
+            let (deliveries, unsent) = super::hooks::forget_deliveries_of(tx, id)?;
+            rows += deliveries;
             rows += tx.exec("DELETE FROM items WHERE id = ?1 OR record_id = ?1", [id])?;
-            Ok(rows)
+            Ok(Erased { rows, unsent_deliveries: unsent })
         })
     }
 

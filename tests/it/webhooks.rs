@@ -420,6 +420,55 @@ fn a_failed_delivery_sent_again_goes_first_and_a_deleted_hook_fails_its_queue() 
     assert_eq!(c.get_json(&format!("/hooks/{h}")).json()["hook"]["pending"], 0);
 }
 
+/// Erasing a record forgets the webhook deliveries about it and its activities, sent or not:
+/// their bodies hold what was erased, a failed one could be sent again, an unsent one would
+/// send it now. The erase says how many were unsent; the hooks' queues go on with the rest.
+#[test]
+fn erasing_a_record_forgets_the_deliveries_about_it() {
+    let s = start("erasing_a_record_forgets_the_deliveries_about_it");
+    let (up, down) = (Receiver::start(), Receiver::start());
+    let c = s.admin_client();
+    let created = hook(&c, "items.create", "all", &up.url("/in"), "json", "k");
+    let noted = hook(&c, "activities.create", "all", &up.url("/in"), "json", "k");
+    let deleted = hook(&c, "items.delete", "all", &down.url("/in"), "json", "k");
+    down.take_down();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Erasedname"}"#);
+    let bob = c.create("contacts", r#"{"firstname": "Bob"}"#);
+    c.create_activity("note", &format!(r#"{{"parent": {ann}, "data": {{"details": "Erasedname's note"}}}}"#));
+    up.wait_accepted(3);
+    c.delete(&format!("/contacts/{ann}")).assert_status(200);
+    c.delete(&format!("/contacts/{bob}")).assert_status(200);
+    let pending = |h: i64| c.get_json(&format!("/hooks/{h}")).json()["hook"]["pending"].as_i64().unwrap();
+    wait_for("both deletions waiting for the receiver that is down", || (pending(deleted) == 2).then_some(()));
+    let objects = |h: i64| -> Vec<i64> {
+        let v = c.get_json(&format!("/hooks/{h}/deliveries")).json();
+        v["deliveries"].as_array().unwrap().iter().map(|d| d["objectid"].as_i64().unwrap()).collect()
+    };
+    wait_for("the created hooks' deliveries recorded", || {
+        (objects(created).len() == 2 && objects(noted).len() == 1).then_some(())
+    });
+
+    let out = s.cli(&["erase", "--type", "contacts", "--id", &ann.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1 webhook deliveries about it were not sent yet"), "{stdout}");
+    assert_eq!(objects(created), vec![bob]);
+    assert_eq!(objects(noted), Vec::<i64>::new());
+    assert_eq!(objects(deleted), vec![bob]);
+    assert_eq!(pending(deleted), 1);
+    let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
+    let bodies: i64 = db
+        .query_row("SELECT count(*) FROM payloads WHERE CAST(body AS TEXT) LIKE '%Erasedname%'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(bodies, 0, "bodies that hold the erased name");
+    // The queue goes on: back up, the receiver hears of Bob's deletion only.
+    down.bring_up();
+    let got = down.wait_accepted(1);
+    assert_eq!(got[0].json()["objectid"].as_i64(), Some(bob));
+    wait_for("nothing pending", || (c.get_json("/health").json()["webhooks"]["pending"] == 0).then_some(()));
+    assert_eq!(down.accepted().len(), 1);
+}
+
 #[test]
 fn stalled_receivers_share_half_the_senders() {
     let config = config().replace("[webhooks]\n", "[webhooks]\nworkers = 2\ntimeout_ms = 1000\n");
