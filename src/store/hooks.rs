@@ -694,17 +694,22 @@ impl Store {
 }
 
 /// Forgets the webhook deliveries about record `record_id` and its activities, sent or not,
-/// with their bodies (for an erase: the bodies hold what is erased, a failed delivery could be
-/// sent again, and one not yet sent would send it now). Each hook's pending count and head
+/// and those sent of alerts that named it as their contact, with their bodies (for an erase:
+/// the bodies hold what is erased, a failed delivery could be sent again, and one not yet sent
+/// would send it now). Call it before the alerts let go of the record. Each hook's pending count and head
 /// follow. Returns the rows removed, and how many of the deliveries were not sent yet (their
 /// receivers will not hear of those changes). A delivery a sender holds already goes out; its
 /// outcome finds no row to record.
 pub(super) fn forget_deliveries_of(tx: &Connection, record_id: i64) -> Result<(usize, usize)> {
+    // Alerts that named the record as their contact keep their deliveries not yet sent: an
+    // alarm goes out whatever is erased.
     let gone: Vec<(i64, i64, i64, i64)> = tx
         .prepare(
             "DELETE FROM deliveries
              WHERE (event LIKE 'items.%' OR event LIKE 'activities.%')
                AND object_id IN (SELECT id FROM items WHERE id = ?1 OR record_id = ?1)
+                OR event LIKE 'alerts.%' AND state <> 0
+               AND object_id IN (SELECT id FROM alerts WHERE contact_id = ?1)
              RETURNING id, hook_id, payload_id, state",
         )?
         .query_map([record_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?

@@ -599,9 +599,9 @@ impl Store {
             if record_type == RecordType::Contact {
                 rows += tx.exec("DELETE FROM visits WHERE contact_id = ?1", [id])?;
             }
-            tx.exec("UPDATE alerts SET contact_id = NULL WHERE contact_id = ?1", [id])?;
             let (deliveries, unsent) = super::hooks::forget_deliveries_of(tx, id)?;
             rows += deliveries;
+            tx.exec("UPDATE alerts SET contact_id = NULL WHERE contact_id = ?1", [id])?;
             rows += tx.exec("DELETE FROM items WHERE id = ?1 OR record_id = ?1", [id])?;
             Ok(Erased { rows, unsent_deliveries: unsent })
         })

@@ -575,6 +575,35 @@ fn an_alarm_names_the_contact_as_she_is_called_now() {
     assert!(shown["device"]["contactid"].is_null(), "{shown}");
 }
 
+/// Erasing a contact forgets the webhook deliveries sent of the alerts that named her (their
+/// bodies hold her name); the alerts stay, naming no one.
+#[test]
+fn erasing_a_contact_forgets_the_sent_deliveries_of_her_alerts() {
+    let (s, ann) = start_with_badge("alerts_erased_contact");
+    let c = s.admin_client();
+    let rx = Receiver::start();
+    let body = format!(r#"{{"event": "alerts.create", "url": "{}", "contenttype": "json"}}"#, rx.url("/in"));
+    let hook = c.post_json("/hooks", &body).json()["id"].as_i64().unwrap();
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    report_until(&scanner, &c, false, "Warn", 1);
+    let got = rx.wait_accepted(1);
+    assert_eq!(got[0].json()["content"]["alert"]["contactname"], "Ann Lee", "{}", got[0].text());
+    let deliveries = || c.get_json(&format!("/hooks/{hook}/deliveries")).json()["deliveries"].clone();
+    wait_for("the delivery recorded", || (deliveries()[0]["state"] == "delivered").then_some(()));
+    c.delete(&format!("/contacts/{ann}")).assert_status(200);
+    let out = s.cli(&["erase", "--type", "contacts", "--id", &ann.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(deliveries(), serde_json::json!([]));
+    let db = rusqlite::Connection::open(s.dir.join("data/sitegate.db")).unwrap();
+    let named: i64 = db
+        .query_row("SELECT count(*) FROM payloads WHERE CAST(body AS TEXT) LIKE '%Ann Lee%'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(named, 0, "bodies that hold her name");
+    let alert = c.get_json("/alerts?all=1&type=Warn").json()["alerts"]["alerts"][0].clone();
+    assert!(alert["contactid"].is_null() && alert["contactname"].is_null(), "{alert}");
+}
+
 /// A battery still low when its rule fires again (every `repeat_s`) raises the alert again but
 /// keeps the device's state: `lowbattery` is published once, with the time it began (it was
 /// published again at every repeat, each time with a new `timeStamp`).
