@@ -4,9 +4,11 @@
 //! Every feed message is first written to a queue in the database (`bridge_queue`, bounded by
 //! `bridge_queue_max`: beyond it the oldest are dropped and counted), then sent upstream at
 //! QoS 1 (retained states stay retained) and removed once the upstream broker acknowledged it.
-//! While upstream is down the queue grows; when it is back, the queue drains in order. A
-//! message may arrive twice after a reconnect (at least once), never out of order within a
-//! connection. One tokio task writes the queue, one talks to upstream (rumqttc, on the
+//! While upstream is down the queue grows; when it is back, the queue drains in order, except
+//! that alert messages go ahead of the data and state messages queued before them (an alarm
+//! raised while a long queue drains would otherwise wait behind it). A message may arrive twice
+//! after a reconnect (at least once); within a connection, alerts arrive in order among
+//! themselves and the rest in order among itself. One tokio task writes the queue, one talks to upstream (rumqttc, on the
 //! process's runtime).
 
 use std::collections::{HashMap, VecDeque};
@@ -296,7 +298,11 @@ async fn session(
     let mut unassigned: VecDeque<i64> = VecDeque::new();
     let mut in_flight: HashMap<u16, i64> = HashMap::new();
     let mut acked: Vec<i64> = Vec::new();
+    // Everything up to `after` was published in order; alerts beyond it were published ahead
+    // (`ahead`, up to `alerts_after`), and are skipped when the rest reaches them.
     let mut after = 0i64;
+    let mut alerts_after = 0i64;
+    let mut ahead: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -344,17 +350,47 @@ async fn session(
             continue;
         }
         let store2 = Arc::clone(store);
-        let batch = match tokio::task::spawn_blocking(move || store2.bridge_peek(after, room as u32)).await {
-            Ok(Ok(b)) => b,
-            _ => continue,
-        };
-        for m in batch {
-            let topic = format!("{}{}", s.prefix, m.topic);
-            if let Err(e) = client.publish(topic, QoS::AtLeastOnce, m.retain, m.payload).await {
-                return Session::Failed { why: e.to_string(), connected, oldest_unacked: None };
+        let (from, skip) = (after.max(alerts_after), ahead.len());
+        let peeked = tokio::task::spawn_blocking(move || {
+            let alerts = store2.bridge_peek_alerts(from, room as u32)?;
+            let rest = store2.bridge_peek(after, (room.saturating_sub(alerts.len()) + skip) as u32)?;
+            Ok::<_, crate::store::StoreError>((alerts, rest))
+        })
+        .await;
+        let Ok(Ok((alerts, rest))) = peeked else { continue };
+        for m in alerts {
+            alerts_after = m.id;
+            ahead.insert(m.id);
+            if let Err(why) = publish(s, client, m, &mut unassigned).await {
+                return Session::Failed { why, connected, oldest_unacked: None };
             }
-            unassigned.push_back(m.id);
+        }
+        let mut room = room.saturating_sub(unassigned.len() + in_flight.len() - busy); // the alerts took theirs
+        for m in rest {
+            if ahead.remove(&m.id) {
+                after = m.id;
+                continue;
+            }
+            if room == 0 {
+                break;
+            }
+            room -= 1;
             after = m.id;
+            if let Err(why) = publish(s, client, m, &mut unassigned).await {
+                return Session::Failed { why, connected, oldest_unacked: None };
+            }
         }
     }
+}
+
+async fn publish(
+    s: &BridgeSettings,
+    client: &AsyncClient,
+    m: crate::store::Queued,
+    unassigned: &mut VecDeque<i64>,
+) -> Result<(), String> {
+    let topic = format!("{}{}", s.prefix, m.topic);
+    client.publish(topic, QoS::AtLeastOnce, m.retain, m.payload).await.map_err(|e| e.to_string())?;
+    unassigned.push_back(m.id);
+    Ok(())
 }

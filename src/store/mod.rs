@@ -46,7 +46,7 @@ pub use budget::{ReadStop, ReplyBudget, charge as charge_reply, take_charged};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, Placement, StoredDevice, Visit, VisitFilter};
 pub use maintenance::{access_hint, backup, compact, give_to_owner_of, restore};
-pub use mqtt::MqttUser;
+pub use mqtt::{MqttUser, Queued};
 pub use principals::NewUser;
 pub use records::{
     ActivityRow, CategoryRef, Filter, ListEntry, ListQuery, NewRecord, RecordChanges, RecordDetail, RecordRow,

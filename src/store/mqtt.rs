@@ -166,6 +166,22 @@ impl Store {
         })
     }
 
+    /// Up to `limit` queued alert messages after `after_id`, oldest first (they go upstream
+    /// ahead of the rest).
+    pub fn bridge_peek_alerts(&self, after_id: i64, limit: u32) -> Result<Vec<Queued>> {
+        self.read(|tx| {
+            // The same condition as the partial index's, which it reads.
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, topic, payload, retain FROM bridge_queue WHERE topic LIKE '%/alert' AND id > ?1
+                 ORDER BY id LIMIT ?2",
+            )?;
+            let rows = stmt.query_map((after_id, limit), |r| {
+                Ok(Queued { id: r.get(0)?, topic: r.get(1)?, payload: r.get(2)?, retain: r.get(3)? })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
     /// Removes delivered messages.
     pub fn bridge_delivered(&self, ids: &[i64]) -> Result<()> {
         self.write(|tx| {

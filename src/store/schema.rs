@@ -399,4 +399,9 @@ BEGIN
     UPDATE devices_version SET version = version + 1 WHERE id = 1;
 END;
 "#,
+    // 17: the alerts in the bridge's queue, which go upstream ahead of the data and state
+    // messages queued before them (an alarm raised while a long queue drains waited behind it).
+    r#"
+CREATE INDEX bridge_queue_alerts ON bridge_queue (id) WHERE topic LIKE '%/alert';
+"#,
 ];

@@ -570,6 +570,79 @@ fn the_feed_reaches_an_upstream_broker_and_outlasts_its_outage() {
     drop(upstream);
 }
 
+/// After an outage of the upstream, an alert goes up ahead of the data and state messages
+/// queued before it: an alarm raised while a long queue drains does not wait behind it.
+#[test]
+fn an_alarm_goes_upstream_ahead_of_the_queue() {
+    let dir = test_dir("an_alarm_goes_upstream_ahead_of_the_queue");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut upstream = Upstream::start(&dir, port);
+    let config = crate::alerts::config().replace(
+        "[mqtt]\nlisten = \"127.0.0.1:0\"\n",
+        &format!("[mqtt]\nlisten = \"127.0.0.1:0\"\nbridge_url = \"mqtt://127.0.0.1:{port}\"\n"),
+    );
+    let config_path = dir.join("config.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let s = Service::launch(dir.clone(), config_path, &[]);
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let central = || {
+        let mut options = MqttOptions::new("central", "127.0.0.1", port);
+        options.set_keep_alive(Duration::from_secs(30)).set_clean_session(false);
+        connect_options(options, "", "", |_| {}).expect("mosquitto")
+    };
+    let sub = central();
+    assert_eq!(sub.subscribe("acme/#"), SubscribeReasonCode::Success(QoS::AtLeastOnce));
+    wait_for("a data message upstream", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &crate::alerts::advert(false));
+        let p = sub.next_publish(Duration::from_millis(300))?;
+        (p.topic == "acme/5.1.22/data").then_some(())
+    });
+
+    // Down: data messages queue up, then the panic button is pressed.
+    upstream.stop();
+    while sub.next_publish(Duration::from_millis(200)).is_some() {}
+    drop(sub);
+    let queued = || s.anonymous().get_json("/health").json()["mqtt"]["bridge"]["queued"].as_i64().unwrap();
+    let before_press = wait_for("data messages queued while upstream is down", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &crate::alerts::advert(false));
+        std::thread::sleep(Duration::from_millis(200));
+        let n = queued();
+        (n >= 8).then_some(n)
+    });
+    wait_for("the alarm recorded", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &crate::alerts::advert(true));
+        std::thread::sleep(Duration::from_millis(200));
+        let alarms = c.get_json("/alerts?all=1&type=Alarm").json()["alerts"]["count"].as_i64();
+        (alarms == Some(1)).then_some(())
+    });
+
+    // Back: the alarm comes ahead of what was queued before it.
+    let _upstream = upstream.restart();
+    let sub = central();
+    // Each message as its topic, an alert as its type.
+    let mut got = Vec::new();
+    wait_for("the alarm upstream", || {
+        while let Some(p) = sub.next_publish(Duration::from_millis(200)) {
+            let alert = (p.topic == "acme/5.1.22/alert")
+                .then(|| {
+                    serde_json::from_slice::<serde_json::Value>(&p.payload).ok()?["type"].as_str().map(String::from)
+                })
+                .flatten();
+            got.push(alert.unwrap_or_else(|| p.topic.clone()));
+        }
+        got.iter().any(|t| t == "Alarm").then_some(())
+    });
+    let at = got.iter().position(|t| t == "Alarm").unwrap();
+    let data_before = got[..at].iter().filter(|t| t.ends_with("/data")).count();
+    assert!(
+        data_before < 2,
+        "{data_before} data messages came before the alarm ({before_press} queued before it): {got:?}"
+    );
+}
+
 /// Stock clients: mosquitto_sub (MQTT 3.1.1 and 5) reads the feed; mosquitto_pub over MQTT 5
 /// is told "not authorised" (0x87) for another organisation's topic and for a feed topic.
 #[test]
