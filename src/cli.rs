@@ -321,7 +321,8 @@ pub struct Survey {
     /// the trace recorded during the survey (sitegate record)
     #[argh(option)]
     pub trace: PathBuf,
-    /// CSV lines zoneid,from,until (Unix milliseconds or RFC 3339): when the tag was in which zone
+    /// CSV lines zoneid,from,until (Unix milliseconds, RFC 3339, or local times of the site's
+    /// time zone such as 2026-11-23 10:15:00): when the tag was in which zone
     #[argh(option)]
     pub marks: PathBuf,
     /// the survey tag's deviceaddress (a/b/c)

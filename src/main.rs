@@ -539,7 +539,7 @@ fn run_survey(s: cli::Survey) -> Result<(), Failure> {
     let marks = std::fs::File::open(&s.marks)
         .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", s.marks.display())))
         .and_then(|f| {
-            location::survey::read_marks(std::io::BufReader::new(f), &config.site_map)
+            location::survey::read_marks(std::io::BufReader::new(f), &config.site_map, &config.site.timezone)
                 .map_err(|e| Failure::Data(format!("{}: {e}", s.marks.display())))
         })?;
     let (registry, _) = replay_devices(&config, s.devices.as_deref())?;
@@ -555,6 +555,14 @@ fn run_survey(s: cli::Survey) -> Result<(), Failure> {
     let missing = location::survey::write_fingerprints(&config.site_map, &zones, &mut out)
         .and_then(|missing| std::io::Write::flush(&mut out).map(|()| missing))
         .map_err(|e| Failure::Data(format!("standard output: {e}")))?;
+    if missing == config.site_map.zones.len() {
+        return Err(Failure::Data(format!(
+            "no zone got a fingerprint: no receiver heard the tag {} during the marks (times without an offset are \
+             local times of the site, {})",
+            s.device,
+            config.site.timezone.iana_name().unwrap_or("UTC")
+        )));
+    }
     if missing > 0 {
         eprintln!(
             "sitegate: {missing} zones have no fingerprint; the engine uses fingerprints only when every zone has one"

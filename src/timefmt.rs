@@ -61,10 +61,21 @@ pub fn parse_date(s: &str) -> Option<Date> {
     if rest.is_empty() || parse_datetime(s).is_some() { Some(date) } else { None }
 }
 
+/// A date-time with a time zone annotation (RFC 9557: `2026-03-29T02:30:00[Europe/Berlin]`,
+/// with or without an offset): `Some` when `s` carries one, holding its instant, or `None`
+/// when the zone is unknown or the offset does not fit it. Without an annotation, `None`.
+fn annotated(s: &str) -> Option<Option<Timestamp>> {
+    s.contains('[').then(|| s.replacen(' ', "T", 1).parse::<jiff::Zoned>().ok().map(|z| z.timestamp()))
+}
+
 /// A point in time as the API accepts it, in Unix seconds: `2004-02-12T15:19:21+00:00` (any
-/// offset), `2004-02-12 15:19:21` or `2004-02-12T15:19:21` (UTC), or `2004-02-12` (midnight UTC).
+/// offset), `2004-02-12T15:19:21[Europe/Berlin]` (a named zone), `2004-02-12 15:19:21` or
+/// `2004-02-12T15:19:21` (UTC), or `2004-02-12` (midnight UTC).
 pub fn parse_datetime(s: &str) -> Option<i64> {
     let s = crate::model::trim_blank(s);
+    if let Some(ts) = annotated(s) {
+        return ts.map(|ts| ts.as_second());
+    }
     if let Ok(ts) = s.parse::<Timestamp>() {
         return Some(ts.as_second());
     }
@@ -94,9 +105,15 @@ pub fn local_ms(ms: i64, tz: &TimeZone) -> String {
 }
 
 /// A point in time in the site's time zone, as Unix milliseconds: `2026-11-22 14:05:09`,
-/// `2026-11-22T14:05`, `2026-11-22` (midnight), or with an explicit offset.
+/// `2026-11-22T14:05`, `2026-11-22` (midnight), or with an explicit offset or zone
+/// (`[Europe/Berlin]`). A local time that does not exist (skipped by a change to summer time)
+/// is taken as the same time after the change (02:30 as 03:30); one that exists twice, as the
+/// earlier.
 pub fn parse_local_ms(s: &str, tz: &TimeZone) -> Option<i64> {
     let s = crate::model::trim_blank(s);
+    if let Some(ts) = annotated(s) {
+        return ts.map(|ts| ts.as_millisecond());
+    }
     if let Ok(ts) = s.parse::<Timestamp>() {
         return Some(ts.as_millisecond());
     }
@@ -119,6 +136,19 @@ pub fn local_day_end_ms(s: &str, tz: &TimeZone) -> Option<i64> {
     next.to_datetime(jiff::civil::Time::midnight()).to_zoned(tz.clone()).ok().map(|z| z.timestamp().as_millisecond())
 }
 
+/// A date as a report's `start` or `end`: `2026-11-28`, or a date-time. One with an offset or
+/// a zone (`2026-11-28T23:30:00-05:00`) is an instant, taken as its day in the site's time zone;
+/// one without (`2026-11-28 00:00:00`) is the date as written.
+pub fn parse_local_date(s: &str, tz: &TimeZone) -> Option<Date> {
+    let trimmed = crate::model::trim_blank(s);
+    let instant = annotated(trimmed).or_else(|| Some(trimmed.parse::<Timestamp>().ok()));
+    match instant {
+        Some(Some(ts)) => Some(ts.to_zoned(tz.clone()).date()),
+        Some(None) if trimmed.contains('[') => None,
+        _ => parse_date(trimmed),
+    }
+}
+
 /// Today's date in the site's time zone.
 pub fn today(tz: &TimeZone) -> Date {
     Timestamp::now().to_zoned(tz.clone()).date()
@@ -126,6 +156,32 @@ pub fn today(tz: &TimeZone) -> Date {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn zone_annotations_are_honoured() {
+        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+        // Winter time in Berlin: UTC+1.
+        assert_eq!(parse_datetime("2026-01-10T10:00:00[Europe/Berlin]"), parse_datetime("2026-01-10T09:00:00Z"));
+        assert_eq!(parse_datetime("2026-01-10T10:00:00+01:00[Europe/Berlin]"), parse_datetime("2026-01-10T09:00:00Z"));
+        assert_eq!(parse_datetime("2026-01-10T10:00:00[Mars/Olympus]"), None);
+        assert_eq!(parse_datetime("2026-01-10T10:00:00+05:00[Europe/Berlin]"), None, "an offset that does not fit");
+        let utc = |s: &str| parse_datetime(s).map(|secs| secs * 1000);
+        assert_eq!(parse_local_ms("2026-10-23T21:30:00[UTC]", &berlin), utc("2026-10-23T21:30:00Z"));
+        assert_eq!(parse_local_ms("2026-10-23 21:30:00", &berlin), utc("2026-10-23T19:30:00Z"));
+    }
+
+    #[test]
+    fn report_dates_with_an_offset_are_days_of_the_site() {
+        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+        let day = |s: &str| parse_local_date(s, &berlin).map(|d| d.to_string());
+        assert_eq!(day("2026-11-28"), Some("2026-11-28".into()));
+        assert_eq!(day("2026-11-28T23:30:00-05:00"), Some("2026-11-29".into()));
+        assert_eq!(day("2026-11-28T23:30:00Z"), Some("2026-11-29".into()));
+        assert_eq!(day("2026-11-28T23:30:00[Asia/Tokyo]"), Some("2026-11-28".into()));
+        assert_eq!(day("2026-11-28 23:30:00"), Some("2026-11-28".into()), "without an offset: as written");
+        assert_eq!(day("2026-11-28T23:30:00[Nowhere/Land]"), None);
+        assert_eq!(day("2026-11-31"), None);
+    }
     use super::*;
 
     #[test]

@@ -113,7 +113,7 @@ impl<'a> Common<'a> {
         let date = |key: &str| -> Result<Option<Date>, ApiError> {
             p.nonempty(key)?
                 .map(|v| {
-                    timefmt::parse_date(&v)
+                    timefmt::parse_local_date(&v, &self.ctx.app.config.site.timezone)
                         .ok_or_else(|| ApiError::invalid_parameter(key, format!("{v:?} is not a date (YYYY-MM-DD)")))
                 })
                 .transpose()

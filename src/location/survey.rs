@@ -22,9 +22,10 @@ pub struct Mark {
     pub until_ms: i64,
 }
 
-/// Reads marks as CSV: `zoneid,from,until`, the times Unix milliseconds or RFC 3339
-/// (`2026-11-23T10:15:00Z`). Blank lines, `#` comments and a `zoneid,...` header are skipped.
-pub fn read_marks(input: impl BufRead, site: &Site) -> Result<Vec<Mark>, String> {
+/// Reads marks as CSV: `zoneid,from,until`, the times Unix milliseconds, RFC 3339
+/// (`2026-11-23T10:15:00Z`), or local times of the site (`2026-11-23 11:15:00`, in `tz`).
+/// Blank lines, `#` comments and a `zoneid,...` header are skipped.
+pub fn read_marks(input: impl BufRead, site: &Site, tz: &jiff::tz::TimeZone) -> Result<Vec<Mark>, String> {
     let mut marks = Vec::new();
     for (n, line) in input.lines().enumerate() {
         let line = line.map_err(|e| e.to_string())?;
@@ -43,10 +44,9 @@ pub fn read_marks(input: impl BufRead, site: &Site) -> Result<Vec<Mark>, String>
             .and_then(|id| site.zone(id))
             .ok_or_else(|| at(format!("{zone:?} is not the id of a zone of the site map")))?;
         let time = |s: &str| {
-            s.parse::<i64>()
-                .ok()
-                .or_else(|| crate::timefmt::parse_datetime(s).map(|secs| secs * 1000))
-                .ok_or_else(|| at(format!("{s:?} is neither Unix milliseconds nor an RFC 3339 time")))
+            s.parse::<i64>().ok().or_else(|| crate::timefmt::parse_local_ms(s, tz)).ok_or_else(|| {
+                at(format!("{s:?} is neither Unix milliseconds, an RFC 3339 time nor a local time of the site"))
+            })
         };
         let (from_ms, until_ms) = (time(from)?, time(until)?);
         if until_ms <= from_ms {

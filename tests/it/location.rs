@@ -570,6 +570,36 @@ fn a_survey_gives_zones_fingerprints_that_place_people_where_no_receiver_is() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(65), "{stderr}");
     assert!(stderr.contains("line 2: \"99\" is not the id of a zone"), "{stderr}");
+
+    // Marks in local time of the site (Berlin: an hour ahead of UTC in November) give the same
+    // fingerprints; taken as local times of a UTC site they miss the walk by an hour: refused.
+    let berlin = site_with_storage(&Default::default()) + "\n[site]\ntimezone = \"Europe/Berlin\"\n";
+    std::fs::write(dir.join("berlin.toml"), berlin).unwrap();
+    std::fs::write(
+        dir.join("local-marks.csv"),
+        "21,2025-11-21 05:40:00,2025-11-21 05:40:59\n22,2025-11-21 05:41:00,2025-11-21 05:41:59\n\
+         23,2025-11-21 05:42:00,2025-11-21 05:42:59\n",
+    )
+    .unwrap();
+    let survey_with = |site: &str, marks: &str| {
+        sitegate()
+            .current_dir(&dir)
+            .args(["survey", "--config", site, "--trace", "survey.jsonl", "--marks", marks])
+            .args(["--device", "9/9/1", "--devices", "devices.csv"])
+            .output()
+            .unwrap()
+    };
+    let out = survey_with("berlin.toml", "local-marks.csv");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let local = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(local.contains("# zone 23 \"Storage\": 52 s sampled, 3 fingerprints"), "{local}");
+    let out = survey_with("site.toml", "local-marks.csv");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{stderr}");
+    assert!(
+        stderr.contains("no zone got a fingerprint") && stderr.contains("local times of the site, UTC"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -359,6 +359,17 @@ fn activities_report_by_time_user_type_and_record() {
     check(&c, "activities", &format!("{r}?start={}", day(40)), &[]);
     check(&c, "activities", &format!("{r}?end={}", day(-40)), &[]);
     check(&c, "activities", &format!("{r}?end={old_to}&last=created"), &[note_old, list, task_old]);
+    // A bound with an offset is an instant, taken as its day in the site's time zone (UTC
+    // here): late today in New York is tomorrow; early today east of here is yesterday. One
+    // without an offset is the date as written; a zone nobody knows is refused.
+    let created_today = [note_new, comment];
+    let (late, early) = (format!("{today}T23:30:00-05:00"), format!("{today}T00:30:00%2B05:00"));
+    check(&c, "activities", &format!("{r}?last=created&start={late}"), &[]);
+    check(&c, "activities", &format!("{r}?last=created&start={}&end={early}", day(-1)), &[]);
+    check(&c, "activities", &format!("{r}?last=created&start={today}%2000:00:00&end={today}"), &created_today);
+    check(&c, "activities", &format!("{r}?last=created&start={today}T12:00:00[UTC]&end={today}"), &created_today);
+    let refused = c.get_json(&format!("{r}?start={today}T12:00:00[Nowhere/Land]"));
+    assert_eq!(refused.status, 400, "{}", refused.body);
     // Paged by `start` as record lists are, in the reports where it is no date.
     for title in ["A", "B"] {
         c.create_activity("task", &format!(r#"{{"parent": {list}, "data": {{"title": "{title}"}}}}"#));
