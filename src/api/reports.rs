@@ -210,13 +210,27 @@ impl<'a> Common<'a> {
         fields
     }
 
+    /// An activity's date: its due date, or for an interaction the day it occurred in the
+    /// site's time zone (its `dateoccured` is kept in UTC; the stored date, which orders it,
+    /// is the UTC day).
+    fn date_of(&self, row: &ReportRow) -> String {
+        let occurred = (ActivityType::from_typeid(row.typeid) == Some(ActivityType::Call))
+            .then(|| row.fields.get("dateoccured").and_then(|v| timefmt::parse_datetime(v)))
+            .flatten()
+            .and_then(|secs| jiff::Timestamp::from_second(secs).ok());
+        match occurred {
+            Some(ts) => ts.to_zoned(self.ctx.app.config.site.timezone.clone()).date().to_string(),
+            None => row.date.clone().unwrap_or_default(),
+        }
+    }
+
     /// The entry of an activity in nextactions, followups, calendar and activities.
     fn entry(&self, row: &ReportRow, items: &Items) -> Result<Out, ApiError> {
         let mut out = Out::map()
             .with("id", Out::Int(row.id))
             .with("typeid", Out::Int(row.typeid))
             .with("name", Out::text(row.name.clone()))
-            .with("date", Out::text(row.date.clone().unwrap_or_default()))
+            .with("date", Out::text(self.date_of(row)))
             .with("completed", Out::Int(i64::from(row.completed)))
             .with("comments", Out::Int(row.comments))
             .with("parent", Out::Int(row.parent_id))

@@ -1,7 +1,7 @@
 //! Activity reports against hand-built fixtures: the right activities in, the wrong ones out,
 //! for every filter; shapes against golden transcripts.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use expect_test::expect_file;
 
@@ -387,6 +387,29 @@ fn activities_report_by_time_user_type_and_record() {
     let old = v["activities"].as_array().unwrap().iter().find(|e| e["id"] == note_old).unwrap().clone();
     assert_eq!(old["comments"], 1);
     let _ = q("");
+}
+
+/// An interaction's report `date` is the day it occurred in the site's time zone: in Tokyo
+/// (UTC+9) a call at 23:30 UTC was the next morning.
+#[test]
+fn an_interaction_is_dated_by_the_day_of_the_site() {
+    let config = BASE_CONFIG.replace("timezone = \"UTC\"", "timezone = \"Asia/Tokyo\"");
+    let s =
+        Service::start_with("an_interaction_is_dated_by_the_day_of_the_site", Options { config: &config, env: vec![] });
+    let c = s.admin_client();
+    let ada = c.create("contacts", r#"{"firstname": "Ada"}"#);
+    let call = |at: &str| {
+        c.create_activity("call", &format!(r#"{{"parent": {ada}, "data": {{"details": "x", "dateoccured": "{at}"}}}}"#))
+    };
+    let (night, evening) = (call("2026-11-27T23:30:00+00:00"), call("2026-11-27T10:00:00+00:00"));
+    let v = c.get_json("/report/activities?types=73&start=2000-01-01&end=2099-12-31").json();
+    let dates: BTreeMap<i64, String> = v["activities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["id"].as_i64().unwrap(), e["date"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(dates, BTreeMap::from([(night, "2026-11-28".to_string()), (evening, "2026-11-27".to_string())]), "{v}");
 }
 
 /// Shapes, with fixed dates far from today.
