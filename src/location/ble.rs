@@ -34,7 +34,7 @@ use std::time::Duration;
 use bluez_async::{AdapterEvent, AdapterId, BluetoothEvent, BluetoothSession, DeviceEvent, DeviceId};
 use btleplug::api::{Central, CentralState, Manager as _, ScanFilter};
 use btleplug::platform::{Adapter, Manager};
-use futures_util::StreamExt;
+use futures_util::{FutureExt as _, StreamExt};
 
 use super::beacon::{Advert, Mac};
 use crate::limits;
@@ -92,7 +92,7 @@ impl Ended {
 /// Runs rounds of scanning until `stop` is set.
 pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanState>, stop: Arc<AtomicBool>) {
     let receiver: Arc<str> = settings.adapter.as_str().into();
-    let mut bus: Option<Bus> = None;
+    let mut bus = Bus::default();
     let mut fruitless = 0u32;
     let mut last_error = String::new();
     let mut last_ended = None;
@@ -147,7 +147,7 @@ pub async fn run(settings: BleSettings, mut sink: impl Sink, state: Arc<ScanStat
                 // A connection the bus has dropped (it restarted) fails every call at once:
                 // the next round makes a new one.
                 if e.contains("Failed to send message") || e.contains("Disconnected") {
-                    bus = None;
+                    bus = Bus::default();
                 }
                 last_error = e;
             }
@@ -168,30 +168,46 @@ fn retry_pause(fruitless: u32) -> Duration {
     Duration::from_millis(doubled.min(limits::BLE_RETRY_MAX_MS))
 }
 
-/// The two connections to the system bus: btleplug's for the adapter, bluez-async's for the
-/// adverts.
+type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = BluetoothEvent> + Send>>;
+
+/// The two connections to the system bus, btleplug's for the adapter and bluez-async's for
+/// the adverts, each made once and kept (a connection made stays open as long as the bus
+/// keeps it, whatever becomes of its owner), and the adapter's event stream.
+#[derive(Default)]
 struct Bus {
-    manager: Manager,
-    session: BluetoothSession,
+    manager: Option<Manager>,
+    session: Option<BluetoothSession>,
+    /// Subscribed once per adapter and kept from round to round: a stream dropped while BlueZ
+    /// still signals on it (the adapter's `Discovering` going false after the round's own
+    /// stop) leaves its match rule on the bus (bluez-async cannot remove it), and the bus
+    /// refuses a connection more rules after a few hundred: one stream a round left scanning
+    /// dead after some hours of quiet.
+    events: Option<(AdapterId, Events)>,
 }
 
-async fn connect() -> Result<Bus, String> {
+/// Connects what is not connected yet.
+async fn connect(bus: &mut Bus) -> Result<(&Manager, &BluetoothSession), String> {
     let unreachable = |e: &dyn std::fmt::Display| format!("cannot reach BlueZ on the system bus: {e}");
-    let manager = Manager::new().await.map_err(|e| unreachable(&e))?;
-    // The connection's own task is spawned by bluez-async; what it returns only tells when the
-    // connection is lost, which the calls' errors tell too.
-    let (_, session) = BluetoothSession::new().await.map_err(|e| unreachable(&e))?;
-    Ok(Bus { manager, session })
+    if bus.manager.is_none() {
+        bus.manager = Some(Manager::new().await.map_err(|e| unreachable(&e))?);
+    }
+    if bus.session.is_none() {
+        // The connection's own task is spawned by bluez-async; what it returns only tells when
+        // the connection is lost, which the calls' errors tell too.
+        let (_, session) = BluetoothSession::new().await.map_err(|e| unreachable(&e))?;
+        bus.session = Some(session);
+    }
+    match (&bus.manager, &bus.session) {
+        (Some(manager), Some(session)) => Ok((manager, session)),
+        _ => Err("no connection to the system bus".into()),
+    }
 }
 
 /// The adapter named `name`, as btleplug and bluez-async know it.
-async fn find_adapter(bus: &mut Option<Bus>, name: &str) -> Result<(Adapter, AdapterId), String> {
-    let bus = match bus {
-        Some(b) => b,
-        None => bus.insert(connect().await?),
-    };
+async fn find_adapter(bus: &mut Bus, name: &str) -> Result<(Adapter, AdapterId), String> {
+    let (manager, session) = connect(bus).await?;
     let timeout = Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS);
-    let adapters = tokio::time::timeout(timeout, bus.manager.adapters())
+    let adapters = tokio::time::timeout(timeout, manager.adapters())
         .await
         .map_err(|_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS))?
         .map_err(|e| format!("cannot list adapters: {e}"))?;
@@ -211,7 +227,7 @@ async fn find_adapter(bus: &mut Option<Bus>, name: &str) -> Result<(Adapter, Ada
             if names.is_empty() { "none".into() } else { names.join(", ") }
         ));
     };
-    let infos = tokio::time::timeout(timeout, bus.session.get_adapters())
+    let infos = tokio::time::timeout(timeout, session.get_adapters())
         .await
         .map_err(|_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS))?
         .map_err(|e| format!("cannot list adapters: {e}"))?;
@@ -226,12 +242,14 @@ struct Known {
     mac: Mac,
     mfg: Vec<(u16, Vec<u8>)>,
     svc: Vec<(u16, Vec<u8>)>,
+    /// Unix ms of its last event (the least recently heard are forgotten first).
+    heard_ms: i64,
 }
 
 /// One round: adapter, events, scan, until something ends it.
 async fn round(
     settings: &BleSettings,
-    bus: &mut Option<Bus>,
+    bus: &mut Bus,
     last_ended: Option<Ended>,
     receiver: &Arc<str>,
     sink: &mut impl Sink,
@@ -239,13 +257,24 @@ async fn round(
     stop: &AtomicBool,
 ) -> Result<Ended, String> {
     let (adapter, adapter_id) = find_adapter(bus, &settings.adapter).await?;
-    let session = bus.as_ref().map(|b| b.session.clone()).ok_or("no connection to the system bus")?;
+    let session = bus.session.clone().ok_or("no connection to the system bus")?;
     // The adapter's signals only (the bus filters them by path), and every device's arrival.
     // The devices BlueZ knew before are not in it: their properties (RSSI included) are what
     // BlueZ last heard, maybe long ago, and no adverts; a device's data is read when it is
     // heard again.
-    let mut events =
-        session.adapter_event_stream(&adapter_id).await.map_err(|e| format!("cannot subscribe to events: {e}"))?;
+    if bus.events.as_ref().is_none_or(|(id, _)| *id != adapter_id) {
+        let stream =
+            session.adapter_event_stream(&adapter_id).await.map_err(|e| format!("cannot subscribe to events: {e}"))?;
+        bus.events = Some((adapter_id.clone(), Box::pin(stream)));
+    }
+    let Some((_, events)) = bus.events.as_mut() else { return Err("no event stream".into()) };
+    // What came since the last round (its own stop, the pause) was not heard in this one
+    // (bounded: another program may keep the adapter scanning meanwhile).
+    for _ in 0..limits::BLE_KNOWN_DEVICES_MAX {
+        if !matches!(events.next().now_or_never(), Some(Some(_))) {
+            break;
+        }
+    }
     let mut powered = adapter.adapter_state().await.map(|s| s == CentralState::PoweredOn).unwrap_or(false);
     if powered {
         adapter.start_scan(ScanFilter::default()).await.map_err(|e| format!("cannot start scanning: {e}"))?;
@@ -275,7 +304,10 @@ async fn round(
         let wait = if pending.is_some() { join_wait } else { tick };
         let event = match tokio::time::timeout(wait, events.next()).await {
             Ok(Some(event)) => Some(event),
-            Ok(None) => return Ok(Ended::NoMoreEvents),
+            Ok(None) => {
+                bus.events = None;
+                return Ok(Ended::NoMoreEvents);
+            }
             Err(_) => None,
         };
         let Some(event) = event else {
@@ -306,7 +338,6 @@ async fn round(
             }
             continue;
         };
-        quiet_since = tokio::time::Instant::now();
         let now = now_ms();
         let (id, event) = match event {
             BluetoothEvent::Device { id, event } => (id, event),
@@ -323,10 +354,23 @@ async fn round(
                     state.scanning.store(false, Ordering::SeqCst);
                 }
                 powered = on;
+                quiet_since = tokio::time::Instant::now();
                 continue;
             }
             _ => continue,
         };
+        // Only adverts this adapter heard keep the watchdog off: other signals (another
+        // adapter's devices arriving, discovery switched by another program, connections) go
+        // on when bluetoothd has stopped scanning here.
+        let advert = match &event {
+            DeviceEvent::Rssi { .. } | DeviceEvent::ManufacturerData { .. } | DeviceEvent::ServiceData { .. } => true,
+            DeviceEvent::Discovered => id.adapter() == adapter_id,
+            _ => false,
+        };
+        if !advert {
+            continue;
+        }
+        quiet_since = tokio::time::Instant::now();
         match event {
             DeviceEvent::Rssi { rssi } => {
                 if let Some((pid, prssi, pt)) = pending.take() {
@@ -335,48 +379,52 @@ async fn round(
                 if !known.contains_key(&id) {
                     // Known to BlueZ before this round, or forgotten since: a beacon that
                     // repeats itself sends no data events, so read its data once.
-                    learn(&session, &id, &mut known).await;
+                    learn(&session, &id, &mut known, now).await;
                 }
+                remember(&mut known, &id, now);
                 pending = Some((id, rssi, now));
             }
             DeviceEvent::ManufacturerData { manufacturer_data } => {
                 flush_other(&mut pending, &id, &known, receiver, sink, state);
-                let entry = remember(&mut known, &id);
+                let entry = remember(&mut known, &id, now);
                 entry.mfg = sorted(manufacturer_data.into_iter().collect());
             }
             DeviceEvent::ServiceData { service_data } => {
                 flush_other(&mut pending, &id, &known, receiver, sink, state);
-                let entry = remember(&mut known, &id);
+                let entry = remember(&mut known, &id, now);
                 entry.svc = sorted(
                     service_data.into_iter().filter_map(|(uuid, data)| short_uuid(&uuid).map(|u| (u, data))).collect(),
                 );
             }
-            // Every device's arrival is on the stream, whichever adapter heard it.
-            DeviceEvent::Discovered if id.adapter() == adapter_id => {
+            DeviceEvent::Discovered => {
                 if let Some((pid, prssi, pt)) = pending.take() {
                     emit(&known, &pid, prssi, pt, receiver, sink, state);
                 }
                 // A device's first advertisement arrives with its discovery, as properties
                 // rather than events: read them once.
-                if let Some(rssi) = learn(&session, &id, &mut known).await {
+                if let Some(rssi) = learn(&session, &id, &mut known, now).await {
                     emit(&known, &id, rssi, now, receiver, sink, state);
                 }
             }
             _ => {}
         }
         if known.len() > limits::BLE_KNOWN_DEVICES_MAX {
-            // Phones rotate their addresses: forget everyone rather than grow.
-            known.clear();
+            forget_older_half(&mut known);
         }
     }
 }
 
 /// Reads a device's advertising data from its properties into `known` (one D-Bus round trip);
 /// returns the RSSI they carry.
-async fn learn(session: &BluetoothSession, id: &DeviceId, known: &mut HashMap<DeviceId, Known>) -> Option<i16> {
+async fn learn(
+    session: &BluetoothSession,
+    id: &DeviceId,
+    known: &mut HashMap<DeviceId, Known>,
+    now: i64,
+) -> Option<i16> {
     let timeout = Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS);
     let properties = tokio::time::timeout(timeout, session.get_device_info(id)).await.ok().and_then(Result::ok);
-    let entry = remember(known, id);
+    let entry = remember(known, id, now);
     let p = properties?;
     entry.mfg = sorted(p.manufacturer_data.into_iter().collect());
     entry.svc =
@@ -384,8 +432,26 @@ async fn learn(session: &BluetoothSession, id: &DeviceId, known: &mut HashMap<De
     p.rssi
 }
 
-fn remember<'a>(known: &'a mut HashMap<DeviceId, Known>, id: &DeviceId) -> &'a mut Known {
-    known.entry(id.clone()).or_insert_with(|| Known { mac: mac_of(id), mfg: Vec::new(), svc: Vec::new() })
+fn remember<'a>(known: &'a mut HashMap<DeviceId, Known>, id: &DeviceId, now: i64) -> &'a mut Known {
+    let entry = known.entry(id.clone()).or_insert_with(|| Known {
+        mac: mac_of(id),
+        mfg: Vec::new(),
+        svc: Vec::new(),
+        heard_ms: now,
+    });
+    entry.heard_ms = now;
+    entry
+}
+
+/// Phones rotate their addresses, so the devices heard grow without end: beyond
+/// `BLE_KNOWN_DEVICES_MAX` the half heard least recently is forgotten (their data is read
+/// again if they are heard again), the devices heard now kept.
+fn forget_older_half(known: &mut HashMap<DeviceId, Known>) {
+    let mut times: Vec<i64> = known.values().map(|k| k.heard_ms).collect();
+    let middle = times.len() / 2;
+    let (_, cut, _) = times.select_nth_unstable(middle);
+    let cut = *cut;
+    known.retain(|_, k| k.heard_ms > cut);
 }
 
 /// A data event for another device than the pending RSSI's: the pending advert goes out with

@@ -472,6 +472,52 @@ fn a_quiet_adapter_keeps_scanning_on_one_connection() {
     assert!(child.wait().unwrap().success());
 }
 
+/// The match rules a process holds on the bus (its connections' subscriptions to signals).
+fn match_rules(address: &str, pid: u32) -> i64 {
+    let script = r#"
+import sys, dbus
+bus = dbus.bus.BusConnection(sys.argv[1])
+obj = bus.get_object("org.freedesktop.DBus", "/org/freedesktop/DBus")
+daemon = dbus.Interface(obj, "org.freedesktop.DBus")
+stats = dbus.Interface(obj, "org.freedesktop.DBus.Debug.Stats")
+total = 0
+for name in daemon.ListNames():
+    if name.startswith(":"):
+        try:
+            if int(daemon.GetConnectionUnixProcessID(name)) == int(sys.argv[2]):
+                total += int(stats.GetConnectionStats(name)["MatchRules"])
+        except dbus.exceptions.DBusException:
+            pass
+print(total)
+"#;
+    let out = Command::new(python()).args(["-c", script, address, &pid.to_string()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// A quiet site ends a scan round every `scan_watchdog_s`; the rounds leave no subscription
+/// behind on the bus (a stream dropped at each round's end left its match rule there when the
+/// adapter's own "not discovering" signal came after it, until the bus refused the service
+/// more and scanning stopped for good).
+#[test]
+fn quiet_rounds_leave_no_match_rules_behind() {
+    let mut bus = MockBus::start("rules");
+    let config = config();
+    let bus_address = bus.address.clone();
+    let env = vec![("DBUS_SYSTEM_BUS_ADDRESS", bus_address.as_str())];
+    let s = Service::start_with("quiet_rounds_leave_no_match_rules_behind", Options { config: &config, env });
+    bus.wait_discovering();
+    bus.ok(json!({"advert": ibeacon("C0:00:00:00:00:22", 22, -60)}));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let at_start = match_rules(&bus.address, s.pid());
+    // Five watchdog periods of silence: each ends a round and starts another.
+    std::thread::sleep(std::time::Duration::from_secs(27));
+    bus.wait_discovering();
+    let at_end = match_rules(&bus.address, s.pid());
+    assert!(at_start > 0, "the service subscribes to BlueZ's signals");
+    assert!(at_end <= at_start, "{at_start} match rules, then {at_end} after five quiet rounds");
+}
+
 /// The MQTT feed from the live engine: a data message at the zone change, the retained state
 /// online then offline, and the last state published again after a restart.
 #[test]
