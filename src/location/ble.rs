@@ -183,6 +183,8 @@ struct Bus {
     /// refuses a connection more rules after a few hundred: one stream a round left scanning
     /// dead after some hours of quiet.
     events: Option<(AdapterId, Events)>,
+    /// Ready once bluez-async's connection is lost (the bus went away).
+    lost: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
 }
 
 /// Connects what is not connected yet.
@@ -192,10 +194,11 @@ async fn connect(bus: &mut Bus) -> Result<(&Manager, &BluetoothSession), String>
         bus.manager = Some(Manager::new().await.map_err(|e| unreachable(&e))?);
     }
     if bus.session.is_none() {
-        // The connection's own task is spawned by bluez-async; what it returns only tells when
-        // the connection is lost, which the calls' errors tell too.
-        let (_, session) = BluetoothSession::new().await.map_err(|e| unreachable(&e))?;
+        // The connection's own task is spawned by bluez-async; what it returns tells when the
+        // connection is lost (the rounds look at every tick).
+        let (lost, session) = BluetoothSession::new().await.map_err(|e| unreachable(&e))?;
         bus.session = Some(session);
+        bus.lost = Some(Box::pin(lost.map(|_| ())));
     }
     match (&bus.manager, &bus.session) {
         (Some(manager), Some(session)) => Ok((manager, session)),
@@ -314,6 +317,11 @@ async fn round(
             // Nothing within the wait: a pending RSSI goes out alone.
             if let Some((id, rssi, t)) = pending.take() {
                 emit(&known, &id, rssi, t, receiver, sink, state);
+            }
+            // The bus went away (it restarted): new connections, in the next round.
+            if bus.lost.as_mut().is_some_and(|lost| lost.as_mut().now_or_never().is_some()) {
+                bus.lost = None;
+                return Err("Disconnected: the connection to the system bus was lost".into());
             }
             // Powered off: look again every tick (a power-on after a bluetoothd restart is
             // not reported on this stream), and scan once it is on.
