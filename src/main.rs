@@ -387,12 +387,16 @@ fn run(command: Command) -> Result<(), Failure> {
                 other => usage(other),
             })?;
             println!("erased {} {} ({} rows)", e.record_type, e.id, erased.rows);
-            if erased.unsent_deliveries > 0 {
-                println!(
-                    "{} webhook deliveries about it were not sent yet and went with it: their receivers \
-                     will not hear of those changes",
-                    erased.unsent_deliveries
-                );
+            match erased.unsent_deliveries {
+                0 => {}
+                1 => println!(
+                    "1 webhook delivery about it was not sent yet and went with it: its receiver will not hear \
+                     of that change"
+                ),
+                n => println!(
+                    "{n} webhook deliveries about it were not sent yet and went with it: their receivers will \
+                     not hear of those changes"
+                ),
             }
             Ok(())
         }

@@ -65,7 +65,16 @@ pub fn parse_date(s: &str) -> Option<Date> {
 /// with or without an offset): `Some` when `s` carries one, holding its instant, or `None`
 /// when the zone is unknown or the offset does not fit it. Without an annotation, `None`.
 fn annotated(s: &str) -> Option<Option<Timestamp>> {
-    s.contains('[').then(|| s.replacen(' ', "T", 1).parse::<jiff::Zoned>().ok().map(|z| z.timestamp()))
+    has_zone_annotation(s).then(|| s.replacen(' ', "T", 1).parse::<jiff::Zoned>().ok().map(|z| z.timestamp()))
+}
+
+/// Whether `s` carries a time zone annotation (`[Europe/Berlin]`, `[!UTC]`, `[+05:00]`); other
+/// annotations are `key=value` (`[u-ca=gregory]`), which the parsers read past.
+fn has_zone_annotation(s: &str) -> bool {
+    s.split('[').skip(1).any(|rest| {
+        let inside = rest.split(']').next().unwrap_or_default();
+        !inside.trim_start_matches('!').contains('=')
+    })
 }
 
 /// A point in time as the API accepts it, in Unix seconds: `2004-02-12T15:19:21+00:00` (any
@@ -165,6 +174,13 @@ mod tests {
         assert_eq!(parse_datetime("2026-01-10T10:00:00+01:00[Europe/Berlin]"), parse_datetime("2026-01-10T09:00:00Z"));
         assert_eq!(parse_datetime("2026-01-10T10:00:00[Mars/Olympus]"), None);
         assert_eq!(parse_datetime("2026-01-10T10:00:00+05:00[Europe/Berlin]"), None, "an offset that does not fit");
+        // Other annotations are read past, with a zone or without.
+        assert_eq!(parse_datetime("2026-01-10T09:00:00Z[u-ca=gregory]"), parse_datetime("2026-01-10T09:00:00Z"));
+        assert_eq!(parse_datetime("2026-01-10T10:00:00+01:00[u-ca=gregory]"), parse_datetime("2026-01-10T09:00:00Z"));
+        assert_eq!(
+            parse_datetime("2026-01-10T10:00:00[Europe/Berlin][u-ca=gregory]"),
+            parse_datetime("2026-01-10T09:00:00Z")
+        );
         let utc = |s: &str| parse_datetime(s).map(|secs| secs * 1000);
         assert_eq!(parse_local_ms("2026-10-23T21:30:00[UTC]", &berlin), utc("2026-10-23T21:30:00Z"));
         assert_eq!(parse_local_ms("2026-10-23 21:30:00", &berlin), utc("2026-10-23T19:30:00Z"));

@@ -107,6 +107,11 @@ impl Deliverer {
                         if stopping.load(Ordering::Relaxed) || store.hook_changes() != changes {
                             break;
                         }
+                        // Erased meanwhile (`sitegate erase`, another process): not sent, and
+                        // the rest handed back to be read again.
+                        if !store.delivery_pending(job.id) {
+                            break;
+                        }
                         if !attempts.is_empty() && reported.elapsed() >= every {
                             let part = std::mem::take(&mut attempts);
                             let _ = done_tx.send(Done { hook_id, attempts: part, last: false });

@@ -259,7 +259,8 @@ enum Session {
         why: String,
         /// The connection had been accepted (CONNACK) before it failed.
         connected: bool,
-        /// The oldest message sent and not acknowledged when it failed.
+        /// The message sent first in the connection and not acknowledged when it failed (with
+        /// alerts sent ahead, not always the oldest in the queue).
         oldest_unacked: Option<i64>,
     },
     Ended,
@@ -303,6 +304,8 @@ async fn session(
     let mut after = 0i64;
     let mut alerts_after = 0i64;
     let mut ahead: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
+    // The order in which messages not yet acknowledged were published.
+    let mut sent = Sent::default();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -324,7 +327,8 @@ async fn session(
                 }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
-                    let oldest_unacked = in_flight.values().copied().chain(unassigned.iter().copied()).min();
+                    let oldest_unacked =
+                        in_flight.values().copied().chain(unassigned.iter().copied()).min_by_key(|id| sent.order(*id));
                     return Session::Failed { why: e.to_string(), connected, oldest_unacked };
                 }
                 None => return Session::Ended,
@@ -340,8 +344,13 @@ async fn session(
             let ids = std::mem::take(&mut acked);
             let n = ids.len() as u64;
             let store = Arc::clone(store);
-            if let Ok(Ok(())) = tokio::task::spawn_blocking(move || store.bridge_delivered(&ids)).await {
+            if let Ok(Ok(ids)) = tokio::task::spawn_blocking(move || store.bridge_delivered(&ids).map(|()| ids)).await {
                 stats.sent.fetch_add(n, Ordering::Relaxed);
+                // Gone from the queue: an alert sent ahead is not met by the rest any more.
+                for id in ids {
+                    ahead.remove(&id);
+                    sent.forget(id);
+                }
             }
         }
         let busy = unassigned.len() + in_flight.len();
@@ -361,7 +370,7 @@ async fn session(
         for m in alerts {
             alerts_after = m.id;
             ahead.insert(m.id);
-            if let Err(why) = publish(s, client, m, &mut unassigned).await {
+            if let Err(why) = publish(s, client, m, &mut unassigned, &mut sent).await {
                 return Session::Failed { why, connected, oldest_unacked: None };
             }
         }
@@ -376,7 +385,7 @@ async fn session(
             }
             room -= 1;
             after = m.id;
-            if let Err(why) = publish(s, client, m, &mut unassigned).await {
+            if let Err(why) = publish(s, client, m, &mut unassigned, &mut sent).await {
                 return Session::Failed { why, connected, oldest_unacked: None };
             }
         }
@@ -388,9 +397,34 @@ async fn publish(
     client: &AsyncClient,
     m: crate::store::Queued,
     unassigned: &mut VecDeque<i64>,
+    sent: &mut Sent,
 ) -> Result<(), String> {
     let topic = format!("{}{}", s.prefix, m.topic);
+    sent.note(m.id);
     client.publish(topic, QoS::AtLeastOnce, m.retain, m.payload).await.map_err(|e| e.to_string())?;
     unassigned.push_back(m.id);
     Ok(())
+}
+
+/// The order in which a connection published the messages it has not had acknowledged.
+#[derive(Default)]
+struct Sent {
+    next: u64,
+    order: HashMap<i64, u64>,
+}
+
+impl Sent {
+    fn note(&mut self, id: i64) {
+        self.order.insert(id, self.next);
+        self.next += 1;
+    }
+
+    fn forget(&mut self, id: i64) {
+        self.order.remove(&id);
+    }
+
+    /// Unknown ids (not published in this connection) come last.
+    fn order(&self, id: i64) -> u64 {
+        self.order.get(&id).copied().unwrap_or(u64::MAX)
+    }
 }

@@ -384,6 +384,20 @@ impl Store {
         self.hook_changes.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Whether a delivery is still waiting to be sent: a sender asks before each delivery of
+    /// the batch it holds, since `sitegate erase` (another process) may have taken it away.
+    /// True when the database cannot say (the delivery goes, as it would have).
+    pub fn delivery_pending(&self, delivery: i64) -> bool {
+        self.read(|tx| {
+            Ok(tx
+                .prepare_cached("SELECT 1 FROM deliveries WHERE id = ?1 AND state = 0")?
+                .query_row([delivery], |_| Ok(()))
+                .optional()?
+                .is_some())
+        })
+        .unwrap_or(true)
+    }
+
     fn wake_deliveries(&self) {
         if let Some(outbox) = self.outbox.get() {
             (outbox.wake)();

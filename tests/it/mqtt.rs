@@ -983,6 +983,53 @@ fn a_message_the_upstream_refuses_does_not_block_the_bridge() {
     assert!(health["mqtt"]["bridge"]["dropped"].as_i64() >= Some(1), "{health}");
 }
 
+/// After an outage, a refused alert queued behind older data is the one dropped: the alerts
+/// go first, so the oldest message unacknowledged when the upstream ends the connection is
+/// not the one it refused (the data before it was dropped, one message every half minute).
+#[test]
+fn a_refused_alert_sent_ahead_is_the_one_dropped() {
+    let dir = test_dir("a_refused_alert_sent_ahead_is_the_one_dropped");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config_path = dir.join("config.toml");
+    std::fs::write(&config_path, site_config(&format!("bridge_url = \"mqtt://127.0.0.1:{port}\"\n"))).unwrap();
+    let s = Service::launch(dir.clone(), config_path.clone(), &[]);
+    assert_eq!(s.terminate(), Some(0));
+    // The queue an outage left: data, an alert too large for the upstream, more data.
+    let db = rusqlite::Connection::open(dir.join("data/sitegate.db")).unwrap();
+    let queue = |topic: &str, payload: Vec<u8>| {
+        db.execute("INSERT INTO bridge_queue (topic, payload, retain) VALUES (?1, ?2, 0)", (topic, payload)).unwrap();
+    };
+    for i in 0..5 {
+        queue("acme/dev0/data", format!("{{\"n\":{i}}}").into_bytes());
+    }
+    queue("acme/dev0/alert", vec![b'x'; 34_000]);
+    for i in 5..10 {
+        queue("acme/dev0/data", format!("{{\"n\":{i}}}").into_bytes());
+    }
+    drop(db);
+    let _upstream = Upstream::start_with(&dir, port, "max_packet_size 20000\n");
+    let central = {
+        let mut options = MqttOptions::new("central", "127.0.0.1", port);
+        options.set_keep_alive(Duration::from_secs(30));
+        connect_options(options, "", "", |_| {}).expect("mosquitto")
+    };
+    central.subscribe("#");
+    let s = Service::launch(dir.clone(), config_path, &[]);
+    let mut data = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while data.len() < 10 && std::time::Instant::now() < deadline {
+        while let Some(p) = central.next_publish(Duration::from_millis(300)) {
+            if p.topic == "acme/dev0/data" {
+                data.insert(String::from_utf8_lossy(&p.payload).to_string());
+            }
+        }
+    }
+    let stderr = s.stderr();
+    assert_eq!(data.len(), 10, "the data before and after the refused alert: {data:?}\n{stderr}");
+    assert!(stderr.contains("while \"acme/dev0/alert\" (34000 bytes) was on its way: dropped"), "{stderr}");
+    assert!(!stderr.contains("while \"acme/dev0/data\""), "{stderr}");
+}
+
 /// A client that fills the retained messages' budget (64 MiB) cannot crowd out the feed's
 /// device states: a badge heard afterwards has its state retained for a new subscriber, as
 /// the feed promises. They shared the budget, and one client of any organisation could take it.

@@ -451,7 +451,7 @@ fn erasing_a_record_forgets_the_deliveries_about_it() {
     let out = s.cli(&["erase", "--type", "contacts", "--id", &ann.to_string()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("1 webhook deliveries about it were not sent yet"), "{stdout}");
+    assert!(stdout.contains("1 webhook delivery about it was not sent yet"), "{stdout}");
     assert_eq!(objects(created), vec![bob]);
     assert_eq!(objects(noted), Vec::<i64>::new());
     assert_eq!(objects(deleted), vec![bob]);
@@ -467,6 +467,33 @@ fn erasing_a_record_forgets_the_deliveries_about_it() {
     assert_eq!(got[0].json()["objectid"].as_i64(), Some(bob));
     wait_for("nothing pending", || (c.get_json("/health").json()["webhooks"]["pending"] == 0).then_some(()));
     assert_eq!(down.accepted().len(), 1);
+}
+
+/// A sender that holds a batch of deliveries (up to 32 of one hook) does not send those of a
+/// record erased meanwhile by the command line: at most the one in flight goes.
+#[test]
+fn an_erase_stops_the_deliveries_a_sender_holds() {
+    let s = start("an_erase_stops_the_deliveries_a_sender_holds");
+    let rx = Receiver::start();
+    // Quick at first, so that the sender takes batches of several deliveries, then slow.
+    rx.answer_after(std::time::Duration::from_millis(20));
+    let c = s.admin_client();
+    hook(&c, "items.update", "all", &rx.url("/in"), "json", "k");
+    let dora = c.create("contacts", r#"{"firstname": "Dora"}"#);
+    for i in 0..150 {
+        c.put_json(&format!("/contacts/{dora}"), &format!(r#"{{"jobtitle": "Title {i}"}}"#)).assert_status(200);
+    }
+    let quick = rx.wait_accepted(30).len();
+    rx.answer_after(std::time::Duration::from_millis(300));
+    rx.wait_accepted(quick + 2);
+    c.delete(&format!("/contacts/{dora}")).assert_status(200);
+    let out = s.cli(&["erase", "--type", "contacts", "--id", &dora.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let at_erase = rx.received().len();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let after = rx.received().len();
+    assert!(at_erase < 150, "all were sent before the erase ({at_erase}): the test proves nothing");
+    assert!(after <= at_erase + 1, "{at_erase} received at the erase, {after} three seconds later");
 }
 
 #[test]
