@@ -210,9 +210,10 @@ async fn connect(bus: &mut Bus) -> Result<(&Manager, &BluetoothSession), String>
 async fn find_adapter(bus: &mut Bus, name: &str) -> Result<(Adapter, AdapterId), String> {
     let (manager, session) = connect(bus).await?;
     let timeout = Duration::from_millis(limits::BLE_CALL_TIMEOUT_MS);
+    let late = |_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS);
     let adapters = tokio::time::timeout(timeout, manager.adapters())
         .await
-        .map_err(|_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS))?
+        .map_err(late)?
         .map_err(|e| format!("cannot list adapters: {e}"))?;
     let mut names = Vec::new();
     let mut found = None;
@@ -232,7 +233,7 @@ async fn find_adapter(bus: &mut Bus, name: &str) -> Result<(Adapter, AdapterId),
     };
     let infos = tokio::time::timeout(timeout, session.get_adapters())
         .await
-        .map_err(|_| format!("BlueZ did not list the adapters within {} ms", limits::BLE_CALL_TIMEOUT_MS))?
+        .map_err(late)?
         .map_err(|e| format!("cannot list adapters: {e}"))?;
     // `hci0` is how an adapter id shows itself.
     let id = infos.into_iter().map(|a| a.id).find(|id| id.to_string() == name);
@@ -384,12 +385,13 @@ async fn round(
                 if let Some((pid, prssi, pt)) = pending.take() {
                     emit(&known, &pid, prssi, pt, receiver, sink, state);
                 }
-                if !known.contains_key(&id) {
+                if known.contains_key(&id) {
+                    remember(&mut known, &id, now);
+                } else {
                     // Known to BlueZ before this round, or forgotten since: a beacon that
                     // repeats itself sends no data events, so read its data once.
                     learn(&session, &id, &mut known, now).await;
                 }
-                remember(&mut known, &id, now);
                 pending = Some((id, rssi, now));
             }
             DeviceEvent::ManufacturerData { manufacturer_data } => {

@@ -8,8 +8,8 @@
 //! that alert messages go ahead of the data and state messages queued before them (an alarm
 //! raised while a long queue drains would otherwise wait behind it). A message may arrive twice
 //! after a reconnect (at least once); within a connection, alerts arrive in order among
-//! themselves and the rest in order among itself. One tokio task writes the queue, one talks to upstream (rumqttc, on the
-//! process's runtime).
+//! themselves and the rest in order among itself. One tokio task writes the queue, one talks
+//! to upstream (rumqttc, on the process's runtime).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -367,6 +367,8 @@ async fn session(
         })
         .await;
         let Ok(Ok((alerts, rest))) = peeked else { continue };
+        // The alerts take their room first (they were asked for at most `room`).
+        let mut room = room.saturating_sub(alerts.len());
         for m in alerts {
             alerts_after = m.id;
             ahead.insert(m.id);
@@ -374,7 +376,6 @@ async fn session(
                 return Session::Failed { why, connected, oldest_unacked: None };
             }
         }
-        let mut room = room.saturating_sub(unassigned.len() + in_flight.len() - busy); // the alerts took theirs
         for m in rest {
             if ahead.remove(&m.id) {
                 after = m.id;

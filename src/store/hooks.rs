@@ -510,12 +510,7 @@ impl Store {
                 }
             }
             // Each hook's head moves on to its oldest delivery still pending.
-            let mut advance = tx.prepare_cached(
-                "UPDATE hooks SET head = coalesce(
-                     (SELECT d.id FROM deliveries d WHERE d.id >= hooks.head AND d.hook_id = hooks.id AND d.state = 0
-                      ORDER BY d.id LIMIT 1), head)
-                 WHERE id = ?1 AND pending > 0",
-            )?;
+            let mut advance = tx.prepare_cached(ADVANCE_HEAD)?;
             let mut hooks: Vec<i64> = attempts.iter().map(|a| a.hook_id).collect();
             hooks.sort_unstable();
             hooks.dedup();
@@ -553,10 +548,7 @@ impl Store {
             // A payload is shared only by the deliveries of one change, which are consecutive
             // and at most one per hook of an organisation: one no delivery that near refers to
             // is no longer referenced (a hook whose queue is stuck holds its own payloads only).
-            let mut unreferenced = tx.prepare_cached(
-                "DELETE FROM payloads WHERE id = ?2 AND NOT EXISTS (
-                     SELECT 1 FROM deliveries WHERE id BETWEEN ?1 - ?3 AND ?1 + ?3 AND payload_id = ?2)",
-            )?;
+            let mut unreferenced = tx.prepare_cached(FORGET_PAYLOAD)?;
             for (delivery, payload) in gone {
                 unreferenced.execute((delivery, payload, limits::WEBHOOKS_PER_ORG_MAX))?;
             }
@@ -707,13 +699,25 @@ impl Store {
     }
 }
 
+/// Moves hook `?1`'s head on to its oldest delivery still pending.
+const ADVANCE_HEAD: &str = "UPDATE hooks SET head = coalesce(
+        (SELECT d.id FROM deliveries d WHERE d.id >= hooks.head AND d.hook_id = hooks.id AND d.state = 0
+         ORDER BY d.id LIMIT 1), head)
+    WHERE id = ?1 AND pending > 0";
+
+/// Deletes payload `?2` of the delivery `?1` just removed, unless a delivery near it (within
+/// `?3`, `WEBHOOKS_PER_ORG_MAX`) still refers to it: a payload is shared only by the
+/// deliveries of one change, which are consecutive and at most one per hook of an organisation.
+const FORGET_PAYLOAD: &str = "DELETE FROM payloads WHERE id = ?2 AND NOT EXISTS (
+        SELECT 1 FROM deliveries WHERE id BETWEEN ?1 - ?3 AND ?1 + ?3 AND payload_id = ?2)";
+
 /// Forgets the webhook deliveries about record `record_id` and its activities, sent or not,
 /// and those sent of alerts that named it as their contact, with their bodies (for an erase:
 /// the bodies hold what is erased, a failed delivery could be sent again, and one not yet sent
-/// would send it now). Call it before the alerts let go of the record. Each hook's pending count and head
-/// follow. Returns the rows removed, and how many of the deliveries were not sent yet (their
-/// receivers will not hear of those changes). A delivery a sender holds already goes out; its
-/// outcome finds no row to record.
+/// would send it now). Call it before the alerts let go of the record. Each hook's pending
+/// count and head follow. Returns the rows removed, and how many of the deliveries were not
+/// sent yet (their receivers will not hear of those changes). A delivery a sender is sending
+/// goes out; senders skip the rest (`Store::delivery_pending`).
 pub(super) fn forget_deliveries_of(tx: &Connection, record_id: i64) -> Result<(usize, usize)> {
     // Alerts that named the record as their contact keep their deliveries not yet sent: an
     // alarm goes out whatever is erased.
@@ -737,21 +741,12 @@ pub(super) fn forget_deliveries_of(tx: &Connection, record_id: i64) -> Result<(u
     let unsent = pending.values().sum::<i64>() as usize;
     for (hook, n) in pending {
         tx.exec("UPDATE hooks SET pending = max(pending - ?2, 0) WHERE id = ?1", (hook, n))?;
-        tx.exec(
-            "UPDATE hooks SET head = coalesce(
-                 (SELECT d.id FROM deliveries d WHERE d.id >= hooks.head AND d.hook_id = hooks.id AND d.state = 0
-                  ORDER BY d.id LIMIT 1), head)
-             WHERE id = ?1 AND pending > 0",
-            [hook],
-        )?;
+        tx.exec(ADVANCE_HEAD, [hook])?;
     }
     // A payload is shared only by the deliveries of one change (one record or activity), all
     // of them among those just removed; the check near them is for safety, as in the purge.
     let mut rows = gone.len();
-    let mut unreferenced = tx.prepare_cached(
-        "DELETE FROM payloads WHERE id = ?2 AND NOT EXISTS (
-             SELECT 1 FROM deliveries WHERE id BETWEEN ?1 - ?3 AND ?1 + ?3 AND payload_id = ?2)",
-    )?;
+    let mut unreferenced = tx.prepare_cached(FORGET_PAYLOAD)?;
     for (delivery, _, payload, _) in gone {
         rows += unreferenced.execute((delivery, payload, limits::WEBHOOKS_PER_ORG_MAX))?;
     }
