@@ -149,12 +149,14 @@ pub fn local_day_end_ms(s: &str, tz: &TimeZone) -> Option<i64> {
 /// a zone (`2026-11-28T23:30:00-05:00`) is an instant, taken as its day in the site's time zone;
 /// one without (`2026-11-28 00:00:00`) is the date as written.
 pub fn parse_local_date(s: &str, tz: &TimeZone) -> Option<Date> {
-    let trimmed = crate::model::trim_blank(s);
-    let instant = annotated(trimmed).or_else(|| Some(trimmed.parse::<Timestamp>().ok()));
+    let s = crate::model::trim_blank(s);
+    let instant = match annotated(s) {
+        Some(zoned) => Some(zoned?),
+        None => s.parse::<Timestamp>().ok(),
+    };
     match instant {
-        Some(Some(ts)) => Some(ts.to_zoned(tz.clone()).date()),
-        Some(None) if trimmed.contains('[') => None,
-        _ => parse_date(trimmed),
+        Some(ts) => Some(ts.to_zoned(tz.clone()).date()),
+        None => parse_date(s),
     }
 }
 
@@ -196,6 +198,7 @@ mod tests {
         assert_eq!(day("2026-11-28T23:30:00[Asia/Tokyo]"), Some("2026-11-28".into()));
         assert_eq!(day("2026-11-28 23:30:00"), Some("2026-11-28".into()), "without an offset: as written");
         assert_eq!(day("2026-11-28T23:30:00[Nowhere/Land]"), None);
+        assert_eq!(day("2026-11-28T23:30:00[u-ca=gregory]"), Some("2026-11-28".into()), "a calendar: as written");
         assert_eq!(day("2026-11-31"), None);
     }
     use super::*;
