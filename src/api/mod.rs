@@ -44,6 +44,23 @@ pub const QUOTA_HEADER: &str = "Http-X-Service-Api-Call-Limit";
 pub const REALM: &str = "sitegate";
 
 /// Why a request's credentials were not accepted.
+/// Why a status event could not be built.
+pub enum StatusFailure {
+    /// The caller's credentials are not (or no longer) accepted.
+    Refused(Response),
+    /// The database could not be read (the credentials could not be checked, or the
+    /// snapshot not built).
+    Unreadable(Response),
+}
+
+impl StatusFailure {
+    pub fn into_response(self) -> Response {
+        match self {
+            StatusFailure::Refused(r) | StatusFailure::Unreadable(r) => r,
+        }
+    }
+}
+
 enum Denied {
     Refused,
     /// The client's address is locked out for this many more milliseconds.
@@ -285,14 +302,27 @@ impl App {
     }
 
     /// One event of the status page's stream (`http::events`): the snapshot for the
-    /// request's caller as JSON, checked against the credentials each time; or the answer
-    /// that refuses it.
-    pub fn status_event(&self, req: &Request) -> Result<(i64, String), Response> {
+    /// request's caller as JSON, checked against the credentials each time; or why not, with
+    /// the answer that says so.
+    pub fn status_event(&self, req: &Request) -> Result<(i64, String), StatusFailure> {
         let format = Format::Json;
-        let viewer = self.authenticate(req).map_err(|denied| self.denied(&format, denied))?;
+        let viewer = self.authenticate(req).map_err(|denied| match denied {
+            Denied::Store(_) => StatusFailure::Unreadable(self.denied(&format, denied)),
+            _ => StatusFailure::Refused(self.denied(&format, denied)),
+        })?;
         match status::snapshot(self, &viewer) {
             Ok(doc) => Ok((viewer.user_id, output::to_json(&members(doc)))),
-            Err(e) => Err(render_error(&format, e, format!("0/{}", self.quota.allowed()))),
+            Err(e) => Err(StatusFailure::Unreadable(render_error(&format, e, format!("0/{}", self.quota.allowed())))),
+        }
+    }
+
+    /// The parts of a status snapshot that need no reads of the database (the gateway's
+    /// time and its health, with the storage problem), as JSON members: what an open page
+    /// is sent while the database cannot be read.
+    pub fn status_unread_parts(&self) -> serde_json::Map<String, serde_json::Value> {
+        match output::members_to_json(&members(status::unread_parts(self))) {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
         }
     }
 

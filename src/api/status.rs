@@ -94,26 +94,9 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
         );
     }
 
-    // Receivers heard over MQTT (remote) and when.
-    let heard: HashMap<String, i64> = app
-        .ingest
-        .get()
-        .map(|i| {
-            i.last_heard_ms
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect()
-        })
-        .unwrap_or_default();
+    let last_heard = receivers_heard(app);
     let started = now - i64::try_from(app.metrics.uptime_secs() * 1000).unwrap_or(0);
     let silent_ms = i64::try_from(app.config.location.receiver_silent_s * 1000).unwrap_or(i64::MAX);
-    let local_adapter = app.config.location.adapter.as_str();
-    let local_last = app.scan.last_advert_ms.load(std::sync::atomic::Ordering::Relaxed);
-    let last_heard = |id: &str| -> Option<i64> {
-        if id == local_adapter && local_last > 0 { i64::try_from(local_last).ok() } else { heard.get(id).copied() }
-    };
     let mut silent_receivers = Vec::new();
 
     let mut floors = Vec::new();
@@ -181,13 +164,75 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
         })
         .collect();
 
-    let (pending, failed, paused) = app.store.delivery_summary()?;
+    Ok(Out::map()
+        .with("now", Out::text(local_ms(now, tz)))
+        .with("nowms", Out::Int(now))
+        .with("floors", Out::list("floor", floors))
+        .with("devices", Out::list("device", device_list))
+        .with("alerts", Out::list("alert", alert_list))
+        .with("openalerts", Out::Int(open_alerts))
+        .with("health", health(app, silent_receivers)))
+}
+
+/// What a snapshot holds that is not read from the database (the webhook counts are, and
+/// are -1 when they cannot be): the gateway's time and health. An open page is sent these
+/// over its last snapshot while the database cannot be read, so that it shows why.
+pub fn unread_parts(app: &App) -> Out {
+    let now = now_ms();
+    let site = current(&app.site).site;
+    let silent = silent_receivers(app, &site, now);
+    Out::map()
+        .with("now", Out::text(local_ms(now, &app.config.site.timezone)))
+        .with("nowms", Out::Int(now))
+        .with("health", health(app, silent))
+}
+
+/// The ids of the site map's receivers that are silent, in the order the floors list them.
+fn silent_receivers(app: &App, site: &Site, now: i64) -> Vec<Out> {
+    let last_heard = receivers_heard(app);
+    let started = now - i64::try_from(app.metrics.uptime_secs() * 1000).unwrap_or(0);
+    let silent_ms = i64::try_from(app.config.location.receiver_silent_s * 1000).unwrap_or(i64::MAX);
+    (0..site.floors.len())
+        .flat_map(|fi| site.receivers.iter().filter(move |r| site.zones[r.zone].floor == fi))
+        .filter(|r| crate::mqtt::ingest::silent(now, last_heard(&r.id).unwrap_or(started), silent_ms))
+        .map(|r| Out::text(r.id.clone()))
+        .collect()
+}
+
+/// When each receiver was last heard: the local adapter from the scan, the others over MQTT.
+fn receivers_heard(app: &App) -> impl Fn(&str) -> Option<i64> + '_ {
+    let heard: HashMap<String, i64> = app
+        .ingest
+        .get()
+        .map(|i| {
+            i.last_heard_ms
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect()
+        })
+        .unwrap_or_default();
+    let local_last = app.scan.last_advert_ms.load(std::sync::atomic::Ordering::Relaxed);
+    move |id: &str| {
+        if id == app.config.location.adapter && local_last > 0 {
+            i64::try_from(local_last).ok()
+        } else {
+            heard.get(id).copied()
+        }
+    }
+}
+
+fn health(app: &App, silent_receivers: Vec<Out>) -> Out {
+    let time = |t: Option<i64>| t.map(|t| local_ms(t, &app.config.site.timezone)).unwrap_or_default();
+    let local_last = app.scan.last_advert_ms.load(std::sync::atomic::Ordering::Relaxed);
+    let (pending, failed, paused) = app.store.delivery_summary().unwrap_or((-1, -1, -1));
     let scan = match app.config.location.scan {
         crate::location::site::Scan::Off => "off",
         _ if app.scan.scanning.load(std::sync::atomic::Ordering::Relaxed) => "scanning",
         _ => "waiting",
     };
-    let health = Out::map()
+    Out::map()
         .with("version", Out::text(env!("CARGO_PKG_VERSION")))
         .with("uptimes", Out::Int(i64::try_from(app.metrics.uptime_secs()).unwrap_or(i64::MAX)))
         .with("scan", Out::text(scan))
@@ -210,16 +255,7 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
             "disklow",
             Out::Int(i64::from(app.store.disk_free_bytes().is_some_and(|b| b < crate::limits::DISK_FREE_LOW_BYTES))),
         )
-        .with("mqttconnections", Out::Int(app.mqtt.connections.load(std::sync::atomic::Ordering::Relaxed)));
-
-    Ok(Out::map()
-        .with("now", Out::text(local_ms(now, tz)))
-        .with("nowms", Out::Int(now))
-        .with("floors", Out::list("floor", floors))
-        .with("devices", Out::list("device", device_list))
-        .with("alerts", Out::list("alert", alert_list))
-        .with("openalerts", Out::Int(open_alerts))
-        .with("health", health))
+        .with("mqttconnections", Out::Int(app.mqtt.connections.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 /// Where receivers and zones go on a floor's plan: the receivers' positions scaled into the

@@ -6,7 +6,9 @@
 //! runtime's blocking threads) when it changed, or every `STATUS_EVENTS_REFRESH_MS` for the
 //! parts that live in memory (health, receivers); it sends the snapshot when it differs from
 //! the last one sent. The caller's credentials are checked with each snapshot: a user
-//! disabled or a token replaced ends the stream. At most `STATUS_STREAMS_MAX` streams are
+//! disabled or a token replaced ends the stream. While the database cannot be read (the
+//! credentials not checked, the snapshot not built) the stream stays open and sends the last
+//! snapshot with the gateway's time and health as they are, which say what is wrong. At most `STATUS_STREAMS_MAX` streams are
 //! open at once (503 beyond); each has a queue of `STATUS_EVENTS_QUEUE_MAX` (a client that
 //! does not read skips snapshots instead of holding memory). Shutdown ends every stream.
 
@@ -22,7 +24,7 @@ use hyper::body::Frame;
 use tokio::sync::{mpsc, watch};
 
 use super::{ResponseBody, Shared, to_hyper};
-use crate::api;
+use crate::api::{self, StatusFailure};
 use crate::limits;
 
 /// True for the stream's path (with or without a trailing slash).
@@ -106,7 +108,7 @@ pub async fn respond(
     .await;
     let (mut version, user_id, first, quota) = match first {
         Ok((v, Ok((user_id, json)), quota)) => (v, user_id, json, quota),
-        Ok((_, Err(answer), _)) => return to_hyper(answer),
+        Ok((_, Err(failure), _)) => return to_hyper(failure.into_response()),
         Err(_) => return to_hyper(app.busy(&request.headers)),
     };
     let Some(user_slot) = shared.streams.take_for(user_id) else {
@@ -120,6 +122,7 @@ pub async fn respond(
     let headers = request.headers.clone();
     tokio::spawn(async move {
         let _slots = (slot, user_slot);
+        let mut good: Arc<str> = Arc::from(first.as_str());
         let mut last = first;
         let mut site = site_of(&app);
         let mut built = Instant::now();
@@ -148,17 +151,30 @@ pub async fn respond(
             let chunk = if changed || built.elapsed() >= Duration::from_millis(limits::STATUS_EVENTS_REFRESH_MS) {
                 built = Instant::now();
                 let app_c = Arc::clone(&app);
-                match tokio::task::spawn_blocking(move || app_c.status_event(&request_c)).await {
-                    Ok(Ok((_, json))) if json != last => {
-                        let chunk = event(&json);
-                        last = json;
-                        Some(chunk)
+                let good_c = Arc::clone(&good);
+                let outcome = tokio::task::spawn_blocking(move || match app_c.status_event(&request_c) {
+                    Ok((_, json)) => Built::Fresh(json),
+                    // The database cannot be read: the last snapshot, with the gateway's
+                    // health as it is now (which says why), keeps the page showing it.
+                    Err(StatusFailure::Unreadable(_)) => Built::Patched(over(&good_c, app_c.status_unread_parts())),
+                    Err(StatusFailure::Refused(_)) => Built::Refused,
+                })
+                .await;
+                let json = match outcome {
+                    Ok(Built::Fresh(json)) => {
+                        good = Arc::from(json.as_str());
+                        json
                     }
-                    Ok(Ok(_)) => None,
-                    // Credentials no longer accepted, or the snapshot failed: the page
-                    // reconnects and sees why.
-                    Ok(Err(_)) | Err(_) => break,
-                }
+                    Ok(Built::Patched(json)) => json,
+                    // Credentials no longer accepted, or a bug: the page reconnects and
+                    // sees why.
+                    Ok(Built::Refused) | Err(_) => break,
+                };
+                (json != last).then(|| {
+                    let chunk = event(&json);
+                    last = json;
+                    chunk
+                })
             } else {
                 None
             };
@@ -184,6 +200,23 @@ pub async fn respond(
         .header(crate::api::QUOTA_HEADER, quota)
         .body(http_body_util::Either::Right(EventBody { rx }))
         .unwrap_or_else(|_| to_hyper(fallback.busy(&headers)))
+}
+
+/// A snapshot built anew, or the last one with what needs no reads put over it.
+enum Built {
+    Fresh(String),
+    Patched(String),
+    Refused,
+}
+
+/// The snapshot `last` with `parts` put over its own.
+fn over(last: &str, parts: serde_json::Map<String, serde_json::Value>) -> String {
+    let mut snapshot = match serde_json::from_str::<serde_json::Value>(last) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    snapshot.extend(parts);
+    serde_json::Value::Object(snapshot).to_string()
 }
 
 /// Which site map is in force (its address: a reload puts a new one in place).

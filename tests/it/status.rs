@@ -188,6 +188,43 @@ fn the_page_shows_when_the_database_takes_no_writes() {
     events.next_where("the storage back", |v| v["health"]["storage"] == "");
 }
 
+/// While the database cannot be read (moved away, and every pooled read connection taken by
+/// slow reads, so that the snapshot needs a new connection, which cannot be opened), an open
+/// page keeps its stream and is sent its last snapshot with the gateway's health, which says
+/// what is wrong; the full snapshots come back with the database. The stream used to end
+/// there, and the page, reconnecting, could not be served either.
+#[test]
+fn the_page_stays_open_while_the_database_cannot_be_read() {
+    let config = BASE_CONFIG.replace("workers = 2", "workers = 8\nread_time_max_ms = 10000");
+    let s = Service::start_with(
+        "the_page_stays_open_while_the_database_cannot_be_read",
+        Options { config: &config, env: vec![("SITEGATE_FAULT_INJECTION", "1")] },
+    );
+    let c = s.admin_client();
+    c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let mut events = Events::open(s.addr, &basic(&s.admin.email, &s.admin.token));
+    let first = events.next_where("a first snapshot", |_| true);
+    assert_eq!(first["health"]["storage"], "", "{first}");
+    std::fs::rename(s.dir.join("data"), s.dir.join("data.moved")).unwrap();
+    let slow: Vec<_> = (0..8)
+        .map(|_| {
+            let c = s.admin_client();
+            std::thread::spawn(move || c.get_json("/_fault/slowread").status)
+        })
+        .collect();
+    let snap = events.next_where("the storage problem", |v| v["health"]["storage"] != "");
+    assert!(snap["health"]["storage"].as_str().unwrap().contains("sitegate.db"), "{snap}");
+    // What the page showed is still there.
+    assert_eq!(snap["floors"], first["floors"], "{snap}");
+    assert_eq!(snap["devices"], first["devices"], "{snap}");
+    for t in slow {
+        assert_ne!(t.join().unwrap(), 200);
+    }
+    std::fs::rename(s.dir.join("data.moved"), s.dir.join("data")).unwrap();
+    events.next_where("the storage back", |v| v["health"]["storage"] == "");
+    assert_eq!(s.anonymous().get_json("/health").status, 200);
+}
+
 #[test]
 fn open_pages_are_bounded() {
     let s = Service::start("open_pages_are_bounded");
