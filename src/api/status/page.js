@@ -185,7 +185,9 @@
     row('BLE scan', h.scan + (h.lastadvert ? ' · last advert ' + h.lastadvert.slice(11) : ''), h.scan === 'waiting');
     row('Silent receivers', h.silentreceivers.length ? h.silentreceivers.join(', ') : 'none', h.silentreceivers.length > 0);
     const w = h.webhooks;
-    row('Webhooks', w.pending + ' pending · ' + w.failed + ' failed' + (w.paused ? ' · ' + w.paused + ' paused' : ''), w.failed > 0 || w.paused > 0);
+    // -1: the database could not be read (Storage says why).
+    if (w.pending < 0) row('Webhooks', 'unknown', true);
+    else row('Webhooks', w.pending + ' pending · ' + w.failed + ' failed' + (w.paused ? ' · ' + w.paused + ' paused' : ''), w.failed > 0 || w.paused > 0);
     row('MQTT clients', String(h.mqttconnections));
     row('Database', bytes(h.databasebytes));
     const free = h.diskfreebytes >= 0 ? bytes(h.diskfreebytes) + ' free' : '';
