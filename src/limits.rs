@@ -366,6 +366,13 @@ pub const LOCATION_FLUSH_MS: u64 = 1_000;
 pub const LOCATION_CLOCK_STEP_MS_MIN: i64 = 1_000;
 /// Location: history past the retention is purged this often, in batches of rows.
 pub const LOCATION_PURGE_INTERVAL_S: u64 = 3_600;
+/// A retention purge's cut-off (now less the retention) moves ahead of the last one stored by
+/// at most this much at a start, and then this many times as fast as the monotonic clock
+/// runs: a wall clock set wrongly ahead (by days, years) costs the oldest hour of the data
+/// and then a day of it per hour, instead of all of it at once, while a gateway that was off
+/// for a month is back within its retention in a day and a half.
+pub const PURGE_CUTOFF_LEAD_MS: i64 = 3_600_000;
+pub const PURGE_CUTOFF_CATCH_UP_RATE: i64 = 24;
 pub const LOCATION_PURGE_ROWS_MAX: u32 = 5_000;
 /// Location: decisions held for one write at most (beyond, the newest are dropped and logged).
 pub const LOCATION_BATCH_EVENTS_MAX: usize = 100_000;
@@ -520,7 +527,3 @@ pub const MQTT_RECONNECT_WAIT_STEP_MS: u64 = 25;
 
 /// MQTT 5 clients are told to keep alive at most this often (seconds).
 pub const MQTT_KEEPALIVE_MAX_S: u16 = 60;
-
-/// Messages queued for a disconnected persistent session expire after this long (seconds),
-/// unless their publisher set a shorter MQTT 5 expiry.
-pub const MQTT_MESSAGE_EXPIRY_S: u64 = 60 * 60;

@@ -329,7 +329,8 @@ pub fn locate(ctx: &Ctx<'_>) -> Result<Reply, ApiError> {
         if let Some(m) = history
             && found.len() == 1
         {
-            let rows = ctx.app.store.location_history(d.id, now - m * 60_000, limits::LOCATE_HISTORY_ROWS_MAX)?;
+            let rows =
+                ctx.app.store.location_history(d.id, (now - m * 60_000, now), limits::LOCATE_HISTORY_ROWS_MAX)?;
             let items = rows
                 .iter()
                 .map(|r| {

@@ -302,10 +302,12 @@ fn run(
     let mut pipeline = Pipeline::new(state.site, Registry::new(load_registry(store)), state.engine);
     // Devices heard within the away timeout stay in the zones the last run had them in, with
     // their visits; the others' visits end where they were last heard.
-    let placements = store.placements_to_resume(now_ms().saturating_sub(away_timeout_ms)).unwrap_or_else(|e| {
-        log::warn!("location: cannot read where the last run had the devices: {e}");
-        Vec::new()
-    });
+    let start_ms = now_ms();
+    let placements =
+        store.placements_to_resume(start_ms.saturating_sub(away_timeout_ms), start_ms).unwrap_or_else(|e| {
+            log::warn!("location: cannot read where the last run had the devices: {e}");
+            Vec::new()
+        });
     let resumed = pipeline.seed_placements(&placements, now_ms());
     if let Err(e) = store.resume_visits(&placements, &resumed) {
         log::warn!("location: cannot close the visits of the last run: {e}");
@@ -329,6 +331,7 @@ fn run(
     let flush_every = Duration::from_millis(limits::LOCATION_FLUSH_MS);
     let mut last_flush = Instant::now();
     let mut last_purge: Option<Instant> = None;
+    let mut purge_cutoff = crate::store::PurgeCutoff::new("location");
     let (mut purged_history, mut purged_alerts) = (0usize, 0usize);
     let mut clock = ClockSteps::new();
     // Alerts recorded and not published before the stop go out a moment after the start,
@@ -457,7 +460,15 @@ fn run(
             );
         }
         if last_purge.is_none_or(|t| t.elapsed() >= Duration::from_secs(limits::LOCATION_PURGE_INTERVAL_S)) {
-            let before = now_ms() - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX);
+            let wanted = now_ms() - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX);
+            let before = match purge_cutoff.cutoff(store, wanted) {
+                Ok(before) => before,
+                Err(e) => {
+                    log::warn!("location: cannot purge old history and alerts: {e}");
+                    last_purge = Some(Instant::now());
+                    continue;
+                }
+            };
             // A full batch of either: more next round (each round short writes), until both
             // come back short.
             let alerts_more = match store.purge_alerts(before, limits::ALERT_PURGE_ROWS_MAX) {

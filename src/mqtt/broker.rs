@@ -170,8 +170,11 @@ impl Broker {
                 .max_subscriptions(limits::MQTT_SUBSCRIPTIONS_PER_CLIENT_MAX)
                 .max_topic_levels(limits::MQTT_TOPIC_LEVELS_MAX)
                 .max_clientid_len(limits::MQTT_CLIENT_ID_BYTES_MAX)
-                // Messages queued for an offline persistent session wait up to this long.
-                .message_expiry_interval(Duration::from_secs(limits::MQTT_MESSAGE_EXPIRY_S))
+                // Messages queued for an offline persistent session wait as long as the
+                // session (its expiry runs on the monotonic clock), unless their publisher set
+                // an MQTT 5 expiry: rmqtt ages a message by the wall clock, so a step of the
+                // clock forward (NTP setting it) let a session's queued alarms go unsent.
+                .message_expiry_interval(Duration::ZERO)
         };
         let bound = |l: rmqtt::Result<rmqtt::net::Listener>, addr: SocketAddr| {
             l.map_err(|e| format!("cannot listen for MQTT on {addr}: {e}"))

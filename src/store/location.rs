@@ -429,17 +429,20 @@ impl Store {
         self.write(|tx| close_open_visits_in(tx, kept))
     }
 
-    /// At start: the devices heard since `since_ms` (within the away timeout) whose newest
-    /// visit was going on when they were last heard (open, or closed by the stop at that
-    /// time): where the last run had them.
-    pub fn placements_to_resume(&self, since_ms: i64) -> Result<Vec<Placement>> {
+    /// At start: the devices heard since `since_ms` (within the away timeout) and not after
+    /// `now_ms` whose newest visit was going on when they were last heard (open, or closed by
+    /// the stop at that time): where the last run had them. One heard after now (the clock is
+    /// behind the last run's: a gateway without a real-time clock before NTP sets it) may have
+    /// been gone for any time, and is placed anew when heard.
+    pub fn placements_to_resume(&self, since_ms: i64, now_ms: i64) -> Result<Vec<Placement>> {
         self.read(|tx| {
             let mut stmt = tx.prepare_cached(
                 "SELECT d.id, v.zone_id, v.enter_ms, v.id FROM devices d
                  JOIN visits v ON v.id = (SELECT id FROM visits WHERE device_id = d.id ORDER BY enter_ms DESC, id DESC LIMIT 1)
-                 WHERE d.last_seen_ms >= ?1 AND (v.exit_ms IS NULL OR v.exit_ms >= d.last_seen_ms)",
+                 WHERE d.last_seen_ms >= ?1 AND d.last_seen_ms <= ?2
+                   AND (v.exit_ms IS NULL OR v.exit_ms >= d.last_seen_ms)",
             )?;
-            let rows = stmt.query_map([since_ms], |r| {
+            let rows = stmt.query_map([since_ms, now_ms], |r| {
                 Ok(Placement {
                     device_id: r.get(0)?,
                     zone_id: r.get(1)?,
@@ -467,16 +470,22 @@ impl Store {
         })
     }
 
-    /// A device's location updates since `since_ms` while its contact now held it (not those
-    /// of someone it was assigned to before), oldest first: the newest `limit` of them.
-    pub fn location_history(&self, device_id: i64, since_ms: i64, limit: u32) -> Result<Vec<LocationRow>> {
+    /// A device's location updates from `since_ms` to `until_ms` while its contact now held it
+    /// (not those of someone it was assigned to before), oldest first: the newest `limit` of
+    /// them. (Rows after now, written while the clock was ahead, are not the past minutes.)
+    pub fn location_history(
+        &self,
+        device_id: i64,
+        (since_ms, until_ms): (i64, i64),
+        limit: u32,
+    ) -> Result<Vec<LocationRow>> {
         self.read(|tx| {
             let holder: Option<i64> = tx
                 .prepare_cached("SELECT contact_id FROM devices WHERE id = ?1")?
                 .query_row([device_id], |r| r.get(0))
                 .optional()?
                 .flatten();
-            location_history_in(tx, device_id, holder, since_ms, limit)
+            location_history_in(tx, device_id, holder, (since_ms, until_ms), limit)
         })
     }
 
@@ -544,7 +553,7 @@ impl Store {
             for id in held {
                 let Some(d) = tx.prepare_cached(&sql)?.query_row([id], device_from_row).optional()? else { continue };
                 let history =
-                    location_history_in(tx, id, Some(contact), 0, crate::limits::LOCATION_EXPORT_ROWS_MAX)?;
+                    location_history_in(tx, id, Some(contact), (0, i64::MAX), crate::limits::LOCATION_EXPORT_ROWS_MAX)?;
                 let visits = {
                     let mut stmt = tx.prepare_cached(
                         "SELECT device_id, zone_id, enter_ms, exit_ms, contact_id FROM visits
@@ -630,15 +639,16 @@ fn location_history_in(
     tx: &Connection,
     device_id: i64,
     contact: Option<i64>,
-    since_ms: i64,
+    (since_ms, until_ms): (i64, i64),
     limit: u32,
 ) -> Result<Vec<LocationRow>> {
     let mut stmt = tx.prepare_cached(
         "SELECT * FROM (SELECT t_ms, zone_id, lat, lon, receiver, rssi FROM locations
-                        WHERE device_id = ?1 AND t_ms >= ?2 AND contact_id IS ?4 ORDER BY t_ms DESC LIMIT ?3)
+                        WHERE device_id = ?1 AND t_ms >= ?2 AND t_ms <= ?5 AND contact_id IS ?4
+                        ORDER BY t_ms DESC LIMIT ?3)
          ORDER BY t_ms",
     )?;
-    let rows = stmt.query_map((device_id, since_ms, limit, contact), |r| {
+    let rows = stmt.query_map((device_id, since_ms, limit, contact, until_ms), |r| {
         Ok(LocationRow {
             t_ms: r.get(0)?,
             zone_id: r.get(1)?,

@@ -948,3 +948,141 @@ fn a_panic_press_while_the_advert_queue_is_full_raises_an_alarm() {
     let health = c.get_json("/health").json();
     assert!(health["location"]["remotedropped"].as_i64().unwrap_or(0) > 0, "the queue was never full: {health}");
 }
+
+/// A gateway that starts with its clock 40 days ahead (an operator's typo, a bad clock chip)
+/// keeps the location history, alerts and webhook deliveries of the past days: the purges'
+/// cut-off moves ahead of the last one stored by an hour at most at a start (then a day an
+/// hour), and the journal says why. They were all deleted within a second of the start.
+#[test]
+fn a_start_with_the_clock_ahead_keeps_what_is_within_the_retention() {
+    let stepped = crate::support::SteppedClock::new("alerts_clock_ahead_offset");
+    let env = stepped.env();
+    let s = Service::start_with("alerts_clock_ahead", Options { config: &config(), env: env.clone() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
+    let rx = Receiver::start();
+    let body = format!(r#"{{"event": "alerts.create", "url": "{}", "contenttype": "json"}}"#, rx.url("/in"));
+    let hook = c.post_json("/hooks", &body).json()["id"].as_i64().unwrap();
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    report_until(&scanner, &c, false, "Warn", 1);
+    rx.wait_accepted(1);
+    let deliveries = |c: &Client| c.get_json(&format!("/hooks/{hook}/deliveries")).json()["deliveries"].clone();
+    wait_for("the delivery recorded", || (deliveries(&c)[0]["state"] == "delivered").then_some(()));
+    let history = |c: &Client| {
+        let export = c.get_json(&format!("/contacts/{ann}/locations")).json().to_string();
+        export.matches("\"receiver\"").count()
+    };
+    wait_for("history stored", || (history(&c) > 0).then_some(()));
+    let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
+    drop(scanner);
+    assert_eq!(s.terminate(), Some(0));
+    let (rows, alerts) = {
+        let db = rusqlite::Connection::open(dir.join("data/sitegate.db")).unwrap();
+        let count = |sql: &str| db.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+        (count("SELECT count(*) FROM locations"), count("SELECT count(*) FROM alerts"))
+    };
+    assert!(rows > 0 && alerts >= 2, "{rows} rows, {alerts} alerts");
+
+    std::fs::write(&stepped.offset, format!("+{}", 40 * 86_400)).unwrap();
+    let s = Service::launch(dir.clone(), cfg, &env);
+    let c = s.client(&admin);
+    // Both purges have run (held back, or deleting).
+    wait_for("the purges", || {
+        let log = s.stderr();
+        let ran = |what: &str| {
+            log.contains(&format!("{what} purge: the clock is")) || log.contains(&format!("{what}: forgot"))
+        };
+        (ran("location") && (ran("webhook deliveries") || log.contains("webhooks: forgot"))).then_some(())
+    });
+    assert_eq!(recorded(&c, "Warn"), 1);
+    assert_eq!(recorded(&c, "Monitor"), 1);
+    assert_eq!(deliveries(&c).as_array().map(Vec::len), Some(1), "{}", deliveries(&c));
+    let db = rusqlite::Connection::open(dir.join("data/sitegate.db")).unwrap();
+    let kept: i64 = db.query_row("SELECT count(*) FROM locations", [], |r| r.get(0)).unwrap();
+    assert_eq!(kept, rows, "history rows kept");
+    assert!(s.stderr().contains("location purge: the clock is 960 h ahead"), "{}", s.stderr());
+}
+
+/// An intercom away while NTP steps the clock two hours forward still gets the alarm raised
+/// meanwhile when it comes back: its session's queue is kept as long as the session, on the
+/// monotonic clock. The broker aged queued messages by the wall clock, and the step expired
+/// them (the session itself was kept, so the intercom had no reason to ask `GET /alerts`).
+#[test]
+fn an_intercom_away_while_the_clock_steps_forward_gets_the_alarm() {
+    use crate::mqtt::connect_with;
+    let stepped = crate::support::SteppedClock::new("alerts_queue_clock_offset");
+    let s = Service::start_with("alerts_queue_clock", Options { config: &config(), env: stepped.env() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
+    let addr = mqtt_addr(&s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    let pw = mqtt_user(&s, "acme", "intercom", false);
+    let persistent = |o: &mut rumqttc::MqttOptions| {
+        o.set_clean_session(false);
+    };
+    let intercom = connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
+    intercom.subscribe("acme/+/alert");
+    let connections = || s.anonymous().get_json("/health").json()["mqtt"]["connections"].as_i64();
+    wait_for("the intercom subscribed", || (connections() == Some(2)).then_some(()));
+    intercom.client.disconnect().unwrap();
+    wait_for("the intercom gone", || (connections() == Some(1)).then_some(()));
+    report_until(&scanner, &c, true, "Alarm", 1);
+    std::fs::write(&stepped.offset, "+7200").unwrap();
+    wait_for("the step in the journal", || s.stderr().contains("the system clock was set").then_some(()));
+
+    let back = connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
+    let mut types = Vec::new();
+    while let Some(p) = back.next_publish(Duration::from_secs(3)) {
+        types.push(serde_json::from_slice::<Value>(&p.payload).unwrap()["type"].as_str().unwrap_or("").to_string());
+    }
+    assert!(types.contains(&"Alarm".to_string()), "the alarm raised while it was away: {types:?}");
+}
+
+/// A restart with the clock a day behind the last run's (a gateway without a real-time clock
+/// before NTP sets it): the badge's visit of the last run keeps its length and ends; it is not
+/// taken up again as if the badge had been heard a moment ago (its last sighting is after
+/// "now"), which made it end where it began, lasting nothing.
+#[test]
+fn a_restart_with_the_clock_behind_leaves_the_last_visits_as_they_were() {
+    let stepped = crate::support::SteppedClock::new("alerts_restart_behind_offset");
+    let env = stepped.env();
+    let s = Service::start_with("alerts_restart_behind", Options { config: &config(), env: env.clone() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
+    let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    report_until(&scanner, &c, false, "Warn", 1);
+    // A few seconds in the office.
+    for _ in 0..10 {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
+    drop(scanner);
+    assert_eq!(s.terminate(), Some(0));
+    let db_path = dir.join("data/sitegate.db");
+    let visit = |db: &rusqlite::Connection| -> (i64, Option<i64>) {
+        db.query_row("SELECT enter_ms, exit_ms FROM visits ORDER BY id LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+    };
+    let (enter, exit) = visit(&rusqlite::Connection::open(&db_path).unwrap());
+    let exit = exit.expect("the stop ends the visit");
+    assert!(exit - enter >= 2_000, "{enter}..{exit}");
+
+    std::fs::write(&stepped.offset, "-86400").unwrap();
+    let s = Service::launch(dir, cfg, &env);
+    let c = s.client(&admin);
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    wait_for("the badge in the office again", || {
+        scanner.publish("acme/receivers/rx-b/adverts", &advert(false));
+        std::thread::sleep(Duration::from_millis(200));
+        (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(())
+    });
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    assert_eq!(visit(&db), (enter, Some(exit)), "the last run's visit as it was");
+    let open: i64 = db.query_row("SELECT count(*) FROM visits WHERE exit_ms IS NULL", [], |r| r.get(0)).unwrap();
+    assert_eq!(open, 1, "a visit of its own for the stay after the start");
+}
