@@ -359,7 +359,7 @@ pub struct Restore {
 
 #[derive(FromArgs, Debug)]
 /// Give the space of purged and deleted data back to the disk (stop the service first; needs
-/// room for a second copy of the database while it runs).
+/// room for two more copies of the database while it runs).
 #[argh(subcommand, name = "compact")]
 pub struct Compact {
     /// configuration file

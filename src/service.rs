@@ -207,6 +207,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let mut signals = runtime.block_on(async { Signals::new() }).map_err(|e| ServeError::Io(e.to_string()))?;
     check_clock()?;
     let _lock = InstanceLock::acquire(&config.store.path)?;
+    crate::store::remove_partial_restore(&config.store.path);
     open_files_for(&config);
     let notifier = Arc::new(systemd::Notifier::from_env());
     let store = {

@@ -41,14 +41,25 @@ fn validity(params: &mut CertificateParams, years: i16) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes `path` whole or not at all: beside it first, synced, then renamed over it (a kill or
+/// a power cut left empty keys and a CA certificate that made a second `init` refuse).
 fn write(path: &Path, text: &str, private: bool) -> Result<(), String> {
+    let failed = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     if private {
         options.mode(0o600);
     }
-    let mut f = options.open(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    f.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let mut f = options.open(&partial).map_err(failed)?;
+    f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(failed)?;
+    std::fs::rename(&partial, path).map_err(failed)?;
+    if let Some(dir) = path.parent().and_then(|d| std::fs::File::open(d).ok()) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
 }
 
 fn err(e: rcgen::Error) -> String {
@@ -84,11 +95,12 @@ pub fn init(dir: &Path, hosts: &[String], force: bool) -> Result<Vec<PathBuf>, S
     let server_key = KeyPair::generate().map_err(err)?;
     let server_cert = server.signed_by(&server_key, &issuer).map_err(err)?;
 
+    // The CA's certificate last: while it is missing, `init` runs again without --force.
     let files = [
-        (CA_CERT, ca_cert.pem(), false),
         (CA_KEY, ca_key.serialize_pem(), true),
         (SERVER_CERT, server_cert.pem(), false),
         (SERVER_KEY, server_key.serialize_pem(), true),
+        (CA_CERT, ca_cert.pem(), false),
     ];
     let mut written = Vec::new();
     for (name, text, private) in files {

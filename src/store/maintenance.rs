@@ -372,9 +372,24 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
         return Err(e);
     }
     // The current database goes with its log or journal: left beside the restored file, SQLite
-    // would take them for its own and write the old database's pages into it.
+    // would take them for its own and write the old database's pages into it. The renames
+    // are not one step: a marker names where the database goes before the first, so that a
+    // restore interrupted between them (a kill, a power cut) is finished by the next one, to
+    // the same name (the log and its database together), and nothing opens the folder
+    // meanwhile (`interrupted_restore`): a start there made a new, empty database.
     let companions = [wal_path(db), journal_path(db)];
-    let kept = if db.exists() || companions.iter().any(|c| c.exists()) { Some(keep_current(db, kept)?) } else { None };
+    let marker = restore_marker(db);
+    let begun = std::fs::read_to_string(&marker).ok().map(|name| PathBuf::from(name.trim_end_matches('\n')));
+    let kept = if db.exists() || companions.iter().any(|c| c.exists()) {
+        let to = match begun {
+            Some(to) => to,
+            None => free_kept_name(kept)?,
+        };
+        write_synced(&marker, &to)?;
+        Some(keep_current(db, &to)?)
+    } else {
+        begun
+    };
     if let Some(left) = companions.iter().find(|c| c.exists()) {
         remove_with_companions(&partial);
         return Err(StoreError::Internal(format!(
@@ -386,6 +401,8 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
     std::fs::rename(&partial, db).map_err(|e| StoreError::Internal(format!("cannot replace {}: {e}", db.display())))?;
     // Restored by root, the copy is root's: the service's user must be able to open it.
     give_to_owner_of(db, kept.as_deref().or(db.parent().filter(|d| !d.as_os_str().is_empty())));
+    sync_parent(db);
+    let _ = std::fs::remove_file(&marker);
     sync_parent(db);
     let bytes = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
     Ok((Copied { path: db.to_path_buf(), bytes, schema_version: version }, kept))
@@ -399,11 +416,48 @@ fn remove_with_companions(path: &Path) {
     }
 }
 
-/// Renames the database at `db`, with its write-ahead log or rollback journal, to `kept`
-/// (`kept-2`, `kept-3`, ... where that name is taken): the files as they were, which SQLite
-/// opens together again.
-fn keep_current(db: &Path, kept: &Path) -> Result<PathBuf> {
-    let free = (1..=crate::limits::KEPT_DATABASE_NAMES_MAX)
+/// The file that says a restore of `db` is under way, and where the database it replaces goes.
+fn restore_marker(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".restoring");
+    PathBuf::from(p)
+}
+
+/// Why `db` must not be opened: a restore of it was interrupted (its database may be half
+/// moved aside); None when none was.
+pub fn interrupted_restore(db: &Path) -> Option<String> {
+    let kept = std::fs::read_to_string(restore_marker(db)).ok()?;
+    Some(format!(
+        "a restore of {} was interrupted: run `sitegate restore --from BACKUP` again to finish it (the \
+         database it replaces is kept as {}, with its log)",
+        db.display(),
+        kept.trim_end_matches('\n')
+    ))
+}
+
+/// Removes what a restore of `db` interrupted while it copied left (its partial copy), when
+/// none is under way (the service holds the database's lock).
+pub fn remove_partial_restore(db: &Path) {
+    let partial = partial_path(db);
+    if partial.exists() && !restore_marker(db).exists() {
+        log::warn!("removed {}, the copy of a restore that was interrupted", partial.display());
+        remove_with_companions(&partial);
+    }
+}
+
+/// Writes `path` (a path's text) to `file` and makes it durable, with its folder entry.
+fn write_synced(file: &Path, path: &Path) -> Result<()> {
+    let failed = |e: std::io::Error| StoreError::Internal(format!("cannot write {}: {e}", file.display()));
+    let mut f = std::fs::File::create(file).map_err(failed)?;
+    std::io::Write::write_all(&mut f, format!("{}\n", path.display()).as_bytes()).map_err(failed)?;
+    f.sync_all().map_err(failed)?;
+    sync_parent(file);
+    Ok(())
+}
+
+/// `kept`, or `kept-2`, `kept-3`, ... where that name is taken.
+fn free_kept_name(kept: &Path) -> Result<PathBuf> {
+    (1..=crate::limits::KEPT_DATABASE_NAMES_MAX)
         .map(|n| {
             if n == 1 {
                 kept.to_path_buf()
@@ -414,22 +468,32 @@ fn keep_current(db: &Path, kept: &Path) -> Result<PathBuf> {
             }
         })
         .find(|p| !p.exists() && !wal_path(p).exists() && !journal_path(p).exists())
-        .ok_or_else(|| StoreError::Internal(format!("{} and the names after it are taken", kept.display())))?;
-    for (side, to) in [(wal_path(db), wal_path(&free)), (journal_path(db), journal_path(&free))] {
+        .ok_or_else(|| StoreError::Internal(format!("{} and the names after it are taken", kept.display())))
+}
+
+/// Renames the database at `db`, with its write-ahead log or rollback journal, to `free`:
+/// the files as they were, which SQLite opens together again.
+fn keep_current(db: &Path, free: &Path) -> Result<PathBuf> {
+    for (side, to) in [(wal_path(db), wal_path(free)), (journal_path(db), journal_path(free))] {
         if side.exists() {
             std::fs::rename(&side, to)
                 .map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", side.display())))?;
         }
     }
-    if db.exists() {
-        std::fs::rename(db, &free).map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", db.display())))?;
+    // For the tests of an interrupted restore: the process dies here, between the renames.
+    if std::env::var_os("SITEGATE_FAULT_STOP").is_some_and(|v| v == "restore-log-kept") {
+        std::process::abort();
     }
-    Ok(free)
+    if db.exists() {
+        std::fs::rename(db, free).map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", db.display())))?;
+    }
+    Ok(free.to_path_buf())
 }
 
 /// Rewrites the database at `db` without the free space purges left in it (SQLite's VACUUM),
 /// so that the file gives that space back to the disk (the service must be stopped). Needs
-/// room for a second copy while it runs. Returns the bytes of the file and its log before
+/// room for two more copies while it runs (VACUUM's in the temporary folder, and the
+/// database written again into the log). Returns the bytes of the file and its log before
 /// and after.
 pub fn compact(db: &Path) -> Result<(u64, u64)> {
     let size = || {

@@ -45,7 +45,7 @@ pub use alerts::{AlertOrder, NewAlert, StoredAlert};
 pub use budget::{ReadStop, ReplyBudget, charge as charge_reply, take_charged};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, Placement, StoredDevice, Visit, VisitFilter};
-pub use maintenance::{PurgeCutoff, access_hint, backup, compact, give_to_owner_of, restore};
+pub use maintenance::{PurgeCutoff, access_hint, backup, compact, give_to_owner_of, remove_partial_restore, restore};
 pub use mqtt::{MqttUser, Queued};
 pub use principals::NewUser;
 pub use records::{
@@ -218,6 +218,9 @@ impl Store {
     }
 
     fn open_with(path: &Path, migrate_existing: bool) -> Result<Store> {
+        if let Some(why) = maintenance::interrupted_restore(path) {
+            return Err(StoreError::Unusable(why));
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Internal(format!("cannot create {}: {e}", dir.display())))?;

@@ -712,3 +712,80 @@ fn a_reload_during_the_start_is_taken_once_it_serves() {
     wait_for("a reload in the log", || s.stderr().contains("SIGHUP").then_some(()));
     s.admin_client().get("/contacts").assert_status(200);
 }
+
+/// A restore cut off between its renames (a kill, a power cut: here the process dies after it
+/// moved the database's write-ahead log aside and before the database): nothing opens the
+/// folder until a restore is run again, which finishes it and keeps the replaced database
+/// under one name with its log, so nothing it held is lost. A start there used to serve the
+/// database without its log (the last writes gone), or, cut a step later, a new empty one.
+#[test]
+fn an_interrupted_restore_is_finished_by_the_next_one() {
+    let s = Service::start("an_interrupted_restore_is_finished_by_the_next_one");
+    let client = s.admin_client();
+    let admin = s.admin.clone();
+    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let backup = s.dir.join("backup.db");
+    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut ids = BTreeSet::from([first]);
+    for i in 0..30 {
+        ids.insert(client.create("contacts", &format!(r#"{{"firstname": "N{i}", "lastname": "Lin"}}"#)));
+    }
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    // Killed: the last writes are in the log only.
+    drop(s);
+    assert!(std::fs::metadata(dir.join("data/sitegate.db-wal")).unwrap().len() > 0, "the writes are in the log");
+
+    let cut = crate::support::sitegate()
+        .args(["restore", "--config", cfg.to_str().unwrap(), "--from", backup.to_str().unwrap()])
+        .env("SITEGATE_FAULT_STOP", "restore-log-kept")
+        .output()
+        .unwrap();
+    assert!(!cut.status.success(), "the restore was cut off");
+    assert!(dir.join("data/sitegate.db").exists() && !dir.join("data/sitegate.db-wal").exists());
+
+    // The service refuses the folder, and says what to do.
+    let mut serve = crate::support::sitegate()
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = serve.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = serve.kill();
+            let _ = serve.wait();
+            panic!("sitegate serve started on a folder with an interrupted restore");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(serve.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(!status.success(), "{said}");
+    assert!(said.contains("was interrupted") && said.contains("sitegate restore --from"), "{said}");
+    let out = crate::support::cli_with_config(&cfg, &["user", "list"]);
+    assert!(!out.status.success(), "nor does another command open it");
+
+    let out = crate::support::cli_with_config(&cfg, &["restore", "--from", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let kept = stdout.lines().find_map(|l| l.strip_prefix("kept the previous database as ")).unwrap().to_string();
+    let conn = rusqlite::Connection::open(&kept).unwrap();
+    let contacts: i64 = conn.query_row("SELECT count(*) FROM items WHERE typeid = 1", [], |r| r.get(0)).unwrap();
+    assert_eq!(contacts, ids.len() as i64, "the replaced database kept with its log");
+    drop(conn);
+    // What a restore killed while it copied leaves (a partial copy, no marker): the start
+    // removes it.
+    std::fs::write(dir.join("data/sitegate.db.partial"), vec![0u8; 65_536]).unwrap();
+    let s = Service::launch(dir.clone(), cfg, &[]);
+    assert_eq!(all_ids(&s.client(&admin)), BTreeSet::from([first]), "the backup's data");
+    let names: Vec<String> = std::fs::read_dir(dir.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with(".restoring") || n.ends_with(".partial")), "{names:?}");
+}
