@@ -366,13 +366,13 @@ pub const LOCATION_FLUSH_MS: u64 = 1_000;
 pub const LOCATION_CLOCK_STEP_MS_MIN: i64 = 1_000;
 /// Location: history past the retention is purged this often, in batches of rows.
 pub const LOCATION_PURGE_INTERVAL_S: u64 = 3_600;
-/// A retention purge's cut-off (now less the retention) moves ahead of the last one stored by
-/// at most this much at a start, and then this many times as fast as the monotonic clock
-/// runs: a wall clock set wrongly ahead (by days, years) costs the oldest hour of the data
-/// and then a day of it per hour, instead of all of it at once, while a gateway that was off
-/// for a month is back within its retention in a day and a half.
-pub const PURGE_CUTOFF_LEAD_MS: i64 = 3_600_000;
-pub const PURGE_CUTOFF_CATCH_UP_RATE: i64 = 24;
+/// The time a retention purge purges by (now, less the retention for the cut-off) moves
+/// ahead of the last one stored by at most this much at a start, and then this many times as
+/// fast as the monotonic clock runs: a wall clock set wrongly ahead (by days, years) costs the
+/// oldest hour of the data and then a day of it per hour, instead of all of it at once, while
+/// a gateway that was off for a month is back within its retention in a day and a half.
+pub const PURGE_CLOCK_LEAD_MS: i64 = 3_600_000;
+pub const PURGE_CLOCK_CATCH_UP_RATE: i64 = 24;
 pub const LOCATION_PURGE_ROWS_MAX: u32 = 5_000;
 /// Location: decisions held for one write at most (beyond, the newest are dropped and logged).
 pub const LOCATION_BATCH_EVENTS_MAX: usize = 100_000;

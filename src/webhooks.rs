@@ -305,7 +305,7 @@ fn dispatch(
     let mut senders = Senders::new(config.workers);
     let mut stopping_since: Option<Instant> = None;
     let mut last_purge: Option<Instant> = None;
-    let mut purge_cutoff = crate::store::PurgeCutoff::new("webhook deliveries");
+    let mut purge_clock = crate::store::PurgeClock::new("webhook deliveries");
     let mut purged = 0usize;
     let mut last_summary: Option<Instant> = None;
     let poll = Duration::from_millis(limits::WEBHOOK_POLL_INTERVAL_MS);
@@ -391,13 +391,12 @@ fn dispatch(
         }
         if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(limits::WEBHOOK_PURGE_INTERVAL_S)) {
             let now = now_secs();
-            let wanted = now - i64::try_from(config.retention_days * 86_400).unwrap_or(i64::MAX);
+            let retention = i64::try_from(config.retention_days * 86_400).unwrap_or(i64::MAX);
             // One batch per round, so the purge never holds the writer for long; a full batch
             // means more to do in the next round.
-            let more = match purge_cutoff
-                .cutoff(store, wanted.saturating_mul(1000))
-                .and_then(|before_ms| store.purge_deliveries(now, before_ms / 1000, limits::WEBHOOK_PURGE_ROWS_MAX))
-            {
+            let more = match purge_clock.now_ms(store, now.saturating_mul(1000)).and_then(|purge_now_ms| {
+                store.purge_deliveries(now, purge_now_ms / 1000 - retention, limits::WEBHOOK_PURGE_ROWS_MAX)
+            }) {
                 Ok(n) => {
                     purged += n;
                     n == limits::WEBHOOK_PURGE_ROWS_MAX as usize

@@ -331,7 +331,7 @@ fn run(
     let flush_every = Duration::from_millis(limits::LOCATION_FLUSH_MS);
     let mut last_flush = Instant::now();
     let mut last_purge: Option<Instant> = None;
-    let mut purge_cutoff = crate::store::PurgeCutoff::new("location");
+    let mut purge_clock = crate::store::PurgeClock::new("location");
     let (mut purged_history, mut purged_alerts) = (0usize, 0usize);
     let mut clock = ClockSteps::new();
     // Alerts recorded and not published before the stop go out a moment after the start,
@@ -460,9 +460,8 @@ fn run(
             );
         }
         if last_purge.is_none_or(|t| t.elapsed() >= Duration::from_secs(limits::LOCATION_PURGE_INTERVAL_S)) {
-            let wanted = now_ms() - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX);
-            let before = match purge_cutoff.cutoff(store, wanted) {
-                Ok(before) => before,
+            let before = match purge_clock.now_ms(store, now_ms()) {
+                Ok(now) => now - i64::try_from(retention_days * 86_400_000).unwrap_or(i64::MAX),
                 Err(e) => {
                     log::warn!("location: cannot purge old history and alerts: {e}");
                     last_purge = Some(Instant::now());

@@ -7,52 +7,53 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use super::{ExecCached, Result, Store, StoreError, schema};
 
-/// The cut-off of one retention purge (data older than it goes), kept from running far ahead
-/// of the last one stored when the wall clock is set wrongly ahead: it moves ahead of that by
-/// at most `PURGE_CUTOFF_LEAD_MS` at a start and then `PURGE_CUTOFF_CATCH_UP_RATE` times as
-/// fast as the monotonic clock runs. A clock behind leaves the stored one where it is.
-pub struct PurgeCutoff {
+/// The clock of one retention purge (data older than its time less the retention goes): the
+/// wall clock, kept from running far ahead of the time the last purge stored when the wall
+/// clock is set wrongly ahead. It moves past that by at most `PURGE_CLOCK_LEAD_MS` at a start
+/// and then `PURGE_CLOCK_CATCH_UP_RATE` times as fast as the monotonic clock runs. A clock
+/// behind leaves the stored time where it is; a shorter retention applies at once.
+pub struct PurgeClock {
     name: &'static str,
-    /// When this run first asked, and the cut-off stored then.
+    /// When this run first asked, and the time stored then.
     first: Option<(Instant, i64)>,
     held_said: bool,
 }
 
-impl PurgeCutoff {
-    pub fn new(name: &'static str) -> PurgeCutoff {
-        PurgeCutoff { name, first: None, held_said: false }
+impl PurgeClock {
+    pub fn new(name: &'static str) -> PurgeClock {
+        PurgeClock { name, first: None, held_said: false }
     }
 
-    /// The cut-off to purge before, for `wanted_ms` (now less the retention), stored.
-    pub fn cutoff(&mut self, store: &Store, wanted_ms: i64) -> Result<i64> {
-        use crate::limits::{PURGE_CUTOFF_CATCH_UP_RATE, PURGE_CUTOFF_LEAD_MS};
+    /// The time to purge by for the wall clock's `now_ms`, stored.
+    pub fn now_ms(&mut self, store: &Store, now_ms: i64) -> Result<i64> {
+        use crate::limits::{PURGE_CLOCK_CATCH_UP_RATE, PURGE_CLOCK_LEAD_MS};
         let (since, mark) = match self.first {
             Some(first) => first,
             None => {
-                let stored = store.purge_mark(self.name)?;
-                // None: the first purge of this database (or of this kind).
-                let first = (Instant::now(), stored.unwrap_or(wanted_ms.saturating_sub(PURGE_CUTOFF_LEAD_MS)));
+                // None stored: the first purge of this database (or of this kind).
+                let stored = store.purge_clock(self.name)?.unwrap_or(now_ms.saturating_sub(PURGE_CLOCK_LEAD_MS));
+                let first = (Instant::now(), stored);
                 self.first = Some(first);
                 first
             }
         };
         let ran_ms = i64::try_from(since.elapsed().as_millis()).unwrap_or(i64::MAX);
         let most =
-            mark.saturating_add(PURGE_CUTOFF_LEAD_MS).saturating_add(ran_ms.saturating_mul(PURGE_CUTOFF_CATCH_UP_RATE));
-        let cutoff = wanted_ms.min(most);
-        if cutoff < wanted_ms && !self.held_said {
+            mark.saturating_add(PURGE_CLOCK_LEAD_MS).saturating_add(ran_ms.saturating_mul(PURGE_CLOCK_CATCH_UP_RATE));
+        let purge_now = now_ms.min(most);
+        if purge_now < now_ms && !self.held_said {
             log::warn!(
-                "{} purge: the clock is {} h ahead of the last purge's; only what is older than {} h \
-                 before that goes now, then a day more each hour (if the clock is wrong, set it: \
-                 the data within the retention is kept meanwhile)",
+                "{} purge: the clock is {} h ahead of the last purge's; it purges as if it were {} h \
+                 earlier, then catches up by a day each hour (if the clock is wrong, set it: the data \
+                 within the retention is kept meanwhile)",
                 self.name,
-                (wanted_ms - mark) / 3_600_000,
-                (wanted_ms - cutoff) / 3_600_000
+                (now_ms - mark) / 3_600_000,
+                (now_ms - purge_now) / 3_600_000
             );
         }
-        self.held_said = cutoff < wanted_ms;
-        store.set_purge_mark(self.name, cutoff)?;
-        Ok(cutoff)
+        self.held_said = purge_now < now_ms;
+        store.set_purge_clock(self.name, purge_now)?;
+        Ok(purge_now)
     }
 }
 
@@ -65,23 +66,23 @@ pub struct Copied {
 }
 
 impl Store {
-    /// The last cut-off of the retention purge `name`.
-    fn purge_mark(&self, name: &str) -> Result<Option<i64>> {
+    /// The time the retention purge `name` last purged by.
+    fn purge_clock(&self, name: &str) -> Result<Option<i64>> {
         self.read(|tx| {
             Ok(tx
-                .prepare_cached("SELECT before_ms FROM purge_marks WHERE name = ?1")?
+                .prepare_cached("SELECT now_ms FROM purge_clocks WHERE name = ?1")?
                 .query_row([name], |r| r.get(0))
                 .optional()?)
         })
     }
 
-    /// Stores the cut-off of the retention purge `name`; never one before the stored one.
-    fn set_purge_mark(&self, name: &str, before_ms: i64) -> Result<()> {
+    /// Stores the time the retention purge `name` purged by; never one before the stored one.
+    fn set_purge_clock(&self, name: &str, now_ms: i64) -> Result<()> {
         self.write(|tx| {
             tx.exec(
-                "INSERT INTO purge_marks (name, before_ms) VALUES (?1, ?2)
-                 ON CONFLICT (name) DO UPDATE SET before_ms = max(before_ms, excluded.before_ms)",
-                (name, before_ms),
+                "INSERT INTO purge_clocks (name, now_ms) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET now_ms = max(now_ms, excluded.now_ms)",
+                (name, now_ms),
             )?;
             Ok(())
         })

@@ -404,10 +404,10 @@ END;
     r#"
 CREATE INDEX bridge_queue_alerts ON bridge_queue (id) WHERE topic LIKE '%/alert';
 "#,
-    // 18: each retention purge's last cut-off (`store::PurgeCutoff`), so that a wall clock set
-    // ahead cannot move the next one far past it: a start with the clock a month ahead
-    // deleted every row of history, alerts and deliveries at once.
+    // 18: the time each retention purge last purged by (`store::PurgeClock`), so that a wall
+    // clock set ahead cannot move the next one far past it: a start with the clock a month
+    // ahead deleted every row of history, alerts and deliveries at once.
     r#"
-CREATE TABLE purge_marks (name TEXT PRIMARY KEY, before_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE purge_clocks (name TEXT PRIMARY KEY, now_ms INTEGER NOT NULL) WITHOUT ROWID;
 "#,
 ];

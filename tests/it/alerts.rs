@@ -1086,3 +1086,44 @@ fn a_restart_with_the_clock_behind_leaves_the_last_visits_as_they_were() {
     let open: i64 = db.query_row("SELECT count(*) FROM visits WHERE exit_ms IS NULL", [], |r| r.get(0)).unwrap();
     assert_eq!(open, 1, "a visit of its own for the stay after the start");
 }
+
+/// A retention shortened in config.toml applies at the next start: what is older than the new
+/// one goes at once (the guard against a clock set ahead holds back the clock, not the
+/// retention).
+#[test]
+fn a_shorter_retention_applies_at_once() {
+    let (s, _) = start_with_badge("alerts_shorter_retention");
+    let c = s.admin_client();
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
+    report_until(&scanner, &c, false, "Warn", 1);
+    let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
+    drop(scanner);
+    assert_eq!(s.terminate(), Some(0));
+    let db_path = dir.join("data/sitegate.db");
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    let purged_by: i64 =
+        db.query_row("SELECT count(*) FROM purge_clocks WHERE name = 'location'", [], |r| r.get(0)).unwrap();
+    assert_eq!(purged_by, 1, "the first purge stored its time");
+    // Three days of history before this one.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    for h in 0..72 {
+        db.execute(
+            "INSERT INTO locations (device_id, t_ms, zone_id, lat, lon, receiver, rssi) VALUES (1, ?1, 22, 0, 0, 'rx-b', -60)",
+            [now_ms - 3 * 86_400_000 + h * 3_600_000],
+        )
+        .unwrap();
+    }
+    drop(db);
+    let config = std::fs::read_to_string(&cfg).unwrap();
+    assert!(!config.contains("retention_days"), "the default, 30");
+    std::fs::write(&cfg, config.replacen("[location]\n", "[location]\nretention_days = 1\n", 1)).unwrap();
+    let s = Service::launch(dir, cfg, &[]);
+    let _c = s.client(&admin);
+    wait_for("the purge", || s.stderr().contains("location: forgot").then_some(()));
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    let old: i64 =
+        db.query_row("SELECT count(*) FROM locations WHERE t_ms < ?1", [now_ms - 86_400_000], |r| r.get(0)).unwrap();
+    assert_eq!(old, 0, "history older than a day");
+    let kept: i64 = db.query_row("SELECT count(*) FROM locations", [], |r| r.get(0)).unwrap();
+    assert!(kept > 0, "this day's history kept");
+}
