@@ -195,11 +195,12 @@ impl Store {
             check_principals(tx, viewer, new.kind, &new.fields, None)?;
             let position = position_for(tx, parent.id, new.place, None)?;
             let now = now_secs();
+            let stamp = super::records::updated_stamp(tx, now)?;
             let title = new.kind.title(&new.fields);
             tx.prepare_cached(
                 "INSERT INTO items (org, typeid, record_id, parent, ownership, name, fields, search, position, level,
                                     due, completed, completed_at, created, updated, creator, modificator)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, CASE WHEN ?12 THEN ?13 END, ?13, ?13,
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, CASE WHEN ?12 THEN ?13 END, ?13, ?15,
                          ?14, ?14)",
             )?
             .execute((
@@ -217,6 +218,7 @@ impl Store {
                 ActivityType::completed(&new.fields),
                 now,
                 viewer.user_id,
+                stamp,
             ))?;
             let id = tx.last_insert_rowid();
             if let Some(upload) = &new.upload {
@@ -290,7 +292,7 @@ impl Store {
 
             let title = kind.title(&fields);
             tx.exec(
-                "UPDATE items SET name = ?2, fields = ?3, search = ?4, due = ?5, completed = ?6, updated = CASE WHEN ?7 >= updated THEN ?7 ELSE updated + 1 END,
+                "UPDATE items SET name = ?2, fields = ?3, search = ?4, due = ?5, completed = ?6, updated = CASE WHEN ?9 >= updated THEN ?9 ELSE updated + 1 END,
                                   modificator = ?8,
                                   completed_at = CASE WHEN NOT ?6 THEN NULL WHEN completed = 0 THEN ?7
                                                       ELSE completed_at END
@@ -304,6 +306,7 @@ impl Store {
                     ActivityType::completed(&fields),
                     now_secs(),
                     viewer.user_id,
+                    super::records::updated_stamp(tx, now_secs())?,
                 ),
             )?;
             match (&changes.upload, changes.fields.get("file")) {
@@ -351,7 +354,7 @@ impl Store {
                 "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT i.id FROM items i JOIN sub ON i.parent = sub.id
                                              WHERE i.archived IS NULL)
                  UPDATE items SET archived = ?1, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3 WHERE id IN sub AND archived IS NULL",
-                (id, now_secs(), viewer.user_id),
+                (id, super::records::updated_stamp(tx, now_secs())?, viewer.user_id),
             )?;
             Ok((node.record_id, wrote))
         })
@@ -392,7 +395,7 @@ impl Store {
             tx.exec(
                 "UPDATE items SET archived = NULL, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
                  WHERE record_id = ?4 AND parent IS NOT NULL AND archived = ?1",
-                (id, now_secs(), viewer.user_id, record_id),
+                (id, super::records::updated_stamp(tx, now_secs())?, viewer.user_id, record_id),
             )?;
             let wrote = self.emit(tx, &viewer.org, &[Event::ActivitiesRestore], Target::Activity(kind, id))?;
             Ok(((), wrote))

@@ -197,6 +197,14 @@ const EMAIL_ACTIVITY_TYPEIDS: &str = "(90, 88)";
 /// Typeid of companies, for the `company` column.
 const COMPANY_TYPEID: i64 = 40;
 
+/// What a change made at `now` (seconds) stamps `updated` with: now, or the newest `updated`
+/// of any record or activity when that is later (the clock was set back after it was
+/// stamped), so that a client syncing with `updatedafter` (at or after) from the newest it
+/// saw misses no change. Schema 19's triggers keep that newest.
+pub(super) fn updated_stamp(tx: &Connection, now: i64) -> Result<i64> {
+    Ok(tx.prepare_cached("SELECT max(?1, v) FROM updated_high WHERE id = 1")?.query_row([now], |r| r.get(0))?)
+}
+
 pub(super) const RECORD_COLUMNS: &str = "i.id, i.typeid, i.name, i.fields, i.ownership, i.flagged, i.created, i.updated, \
      i.viewed, i.creator, coalesce(cu.name, ''), i.modificator, coalesce(mu.name, '')";
 /// How many columns `RECORD_COLUMNS` has.
@@ -278,11 +286,12 @@ impl Store {
         check_ownership(tx, viewer, ownership)?;
         check_principal_fields(tx, viewer, &new.fields, None)?;
         let now = now_secs();
+        let stamp = updated_stamp(tx, now)?;
         let name = new.record_type.display_name(&new.fields);
         tx.exec(
             "INSERT INTO items (org, typeid, ownership, name, fields, search, flagged, created, updated, creator,
                                 modificator)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?9)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10, ?9, ?9)",
             (
                 &viewer.org,
                 new.record_type.typeid(),
@@ -293,6 +302,7 @@ impl Store {
                 new.flagged,
                 now,
                 viewer.user_id,
+                stamp,
             ),
         )?;
         let id = tx.last_insert_rowid();
@@ -346,8 +356,8 @@ impl Store {
             let name = record_type.display_name(&fields);
             // `updated` never goes back, here or where a record is deleted or restored: after
             // the wall clock is stepped back (NTP correcting a clock that ran ahead), a change
-            // stamped before the one it follows is lost to clients syncing by `updated`, and
-            // the record would seem changed before it was created.
+            // stamped before the newest one is lost to clients syncing by `updated`, and the
+            // record would seem changed before it was created (`updated_stamp`).
             tx.exec(
                 "UPDATE items SET name = ?2, fields = ?3, search = ?4, ownership = ?5, flagged = ?6,
                                   updated = CASE WHEN ?7 >= updated THEN ?7 ELSE updated + 1 END, modificator = ?8
@@ -359,7 +369,7 @@ impl Store {
                     search_text(&name, &fields),
                     ownership,
                     flagged,
-                    now_secs(),
+                    updated_stamp(tx, now_secs())?,
                     viewer.user_id,
                 ),
             )?;
@@ -382,7 +392,7 @@ impl Store {
             load_record(tx, viewer, record_type, id)?;
             // The notification carries the record as it was, activities included.
             let wrote = self.emit(tx, &viewer.org, &[Event::ItemsDelete], Target::Record(record_type, id))?;
-            let now = now_secs();
+            let now = updated_stamp(tx, now_secs())?;
             // The record, then its activities (two statements: each uses its index).
             tx.exec(
                 "UPDATE items SET archived = ?1, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
@@ -403,7 +413,7 @@ impl Store {
     pub fn restore_record(&self, viewer: &Viewer, record_type: RecordType, id: i64) -> Result<()> {
         self.write_emitting(|tx| {
             load_record_in(tx, viewer, record_type, id, State::Deleted)?;
-            let now = now_secs();
+            let now = updated_stamp(tx, now_secs())?;
             tx.exec(
                 "UPDATE items SET archived = NULL, updated = CASE WHEN ?2 >= updated THEN ?2 ELSE updated + 1 END, modificator = ?3
                  WHERE id = ?1 AND archived = ?1",
@@ -1307,9 +1317,9 @@ mod tests {
     }
 
     /// A record and its activity stamped while the wall clock ran an hour ahead, then changed
-    /// after NTP stepped it back: `updated` stays where it was (never before the previous
-    /// stamp, nor `created`), through an update, a delete and a restore; once the clock is
-    /// past it, a change moves it on.
+    /// after NTP stepped it back: `updated` stays where it was (never before the newest
+    /// stamp, nor `created`), through an update, a delete and a restore, and a record made
+    /// meanwhile is dated there too; once the clock is past it, a change moves it on.
     #[test]
     fn updated_never_goes_back_when_the_clock_does() {
         let (dir, store) = super::super::testing::store_with_org("updated", "acme");
@@ -1350,18 +1360,39 @@ mod tests {
         let ahead = now_secs() + 3_600;
         assert_eq!(stamp(ahead).unwrap(), 2);
         let changes = || RecordChanges { fields: fields("Li"), ..Default::default() };
-        // A change while the clock is behind: a second after the last (sync clients asking
-        // for what changed after it see it), never back.
+        // A change while the clock is behind: dated as the newest change (sync clients asking
+        // for what changed at or after it see it), never back.
         store.update_record(&viewer, RecordType::Contact, id, changes()).unwrap();
-        assert_eq!(stamps(), vec![(ahead, ahead + 1), (ahead, ahead)], "after an update");
+        assert_eq!(stamps(), vec![(ahead, ahead), (ahead, ahead)], "after an update");
         store.delete_record(&viewer, RecordType::Contact, id).unwrap();
-        assert_eq!(stamps(), vec![(ahead, ahead + 2), (ahead, ahead + 1)], "after a delete");
+        assert_eq!(stamps(), vec![(ahead, ahead), (ahead, ahead)], "after a delete");
         store.restore_record(&viewer, RecordType::Contact, id).unwrap();
-        assert_eq!(stamps(), vec![(ahead, ahead + 3), (ahead, ahead + 2)], "after a restore");
+        assert_eq!(stamps(), vec![(ahead, ahead), (ahead, ahead)], "after a restore");
         assert_eq!(store.show_record(&viewer, RecordType::Contact, id).unwrap().record.fields, fields("Li"));
-        // Stamped an hour ago: a change is stamped now.
+        // Another record made while the clock is behind: dated as the newest change (a client
+        // syncing from that one sees it), created now.
+        let other = NewRecord {
+            record_type: RecordType::Contact,
+            fields: fields("Ng"),
+            ownership: None,
+            flagged: false,
+            categories_add: Vec::new(),
+            related_add: Vec::new(),
+        };
+        let before = now_secs();
+        let other = store.create_record(&viewer, other).unwrap();
+        let other = store.show_record(&viewer, RecordType::Contact, other).unwrap().record;
+        assert_eq!(other.updated, ahead);
+        assert!((before..=now_secs()).contains(&other.created), "{} not now", other.created);
+        // Everything stamped an hour ago: a change is stamped now.
         let behind = now_secs() - 3_600;
         stamp(behind).unwrap();
+        store
+            .write(|tx| {
+                tx.execute("UPDATE items SET updated = ?1 WHERE id = ?2", (behind, other.id))?;
+                Ok(tx.execute("UPDATE updated_high SET v = ?1", [behind])?)
+            })
+            .unwrap();
         let before = now_secs();
         // (A change: one that changes nothing is not stamped.)
         store

@@ -410,4 +410,20 @@ CREATE INDEX bridge_queue_alerts ON bridge_queue (id) WHERE topic LIKE '%/alert'
     r#"
 CREATE TABLE purge_clocks (name TEXT PRIMARY KEY, now_ms INTEGER NOT NULL) WITHOUT ROWID;
 "#,
+    // 19: the newest `updated` of any record or activity, which a change's `updated` never
+    // goes below (`records::updated_stamp`): after the clock was set back, records created
+    // or first changed were dated before the newest, and clients syncing with `updatedafter`
+    // from that newest one missed them.
+    r#"
+CREATE TABLE updated_high (id INTEGER PRIMARY KEY CHECK (id = 1), v INTEGER NOT NULL);
+INSERT INTO updated_high (id, v) SELECT 1, coalesce(max(updated), 0) FROM items;
+CREATE TRIGGER updated_high_insert AFTER INSERT ON items
+WHEN NEW.updated > (SELECT v FROM updated_high WHERE id = 1) BEGIN
+    UPDATE updated_high SET v = NEW.updated WHERE id = 1;
+END;
+CREATE TRIGGER updated_high_update AFTER UPDATE OF updated ON items
+WHEN NEW.updated > (SELECT v FROM updated_high WHERE id = 1) BEGIN
+    UPDATE updated_high SET v = NEW.updated WHERE id = 1;
+END;
+"#,
 ];
