@@ -367,10 +367,11 @@ pub const LOCATION_CLOCK_STEP_MS_MIN: i64 = 1_000;
 /// Location: history past the retention is purged this often, in batches of rows.
 pub const LOCATION_PURGE_INTERVAL_S: u64 = 3_600;
 /// The time a retention purge purges by (now, less the retention for the cut-off) moves
-/// ahead of the last one stored by at most this much at a start, and then this many times as
-/// fast as the monotonic clock runs: a wall clock set wrongly ahead (by days, years) costs the
-/// oldest hour of the data and then a day of it per hour, instead of all of it at once, while
-/// a gateway that was off for a month is back within its retention in a day and a half.
+/// ahead of the last one stored by at most this much at a start, and from one purge to the
+/// next at most this many times as fast as the monotonic clock runs: a wall clock set wrongly
+/// ahead (by days, years) costs the oldest hour of the data and then a day of it per hour,
+/// instead of all of it at once, while a gateway that was off for a month is back within its
+/// retention in a day and a half.
 pub const PURGE_CLOCK_LEAD_MS: i64 = 3_600_000;
 pub const PURGE_CLOCK_CATCH_UP_RATE: i64 = 24;
 pub const LOCATION_PURGE_ROWS_MAX: u32 = 5_000;

@@ -309,6 +309,9 @@ fn open_existing(path: Option<&std::path::Path>) -> Result<(Config, std::sync::A
 
 /// The failure of a command that needs the database when there is none yet.
 fn no_database(config: &Config) -> Result<(), Failure> {
+    if let Some(why) = store::interrupted_restore(&config.store.path) {
+        return Err(Failure::Store(StoreError::Unusable(why)));
+    }
     if config.store.path.exists() {
         return Ok(());
     }

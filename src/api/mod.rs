@@ -46,19 +46,11 @@ pub const REALM: &str = "sitegate";
 /// Why a request's credentials were not accepted.
 /// Why a status event could not be built.
 pub enum StatusFailure {
-    /// The caller's credentials are not (or no longer) accepted.
+    /// The caller's credentials are not (or no longer) accepted: the answer that says so.
     Refused(Response),
     /// The database could not be read (the credentials could not be checked, or the
     /// snapshot not built).
-    Unreadable(Response),
-}
-
-impl StatusFailure {
-    pub fn into_response(self) -> Response {
-        match self {
-            StatusFailure::Refused(r) | StatusFailure::Unreadable(r) => r,
-        }
-    }
+    Unreadable,
 }
 
 enum Denied {
@@ -307,13 +299,23 @@ impl App {
     pub fn status_event(&self, req: &Request) -> Result<(i64, String), StatusFailure> {
         let format = Format::Json;
         let viewer = self.authenticate(req).map_err(|denied| match denied {
-            Denied::Store(_) => StatusFailure::Unreadable(self.denied(&format, denied)),
+            Denied::Store(_) => StatusFailure::Unreadable,
             _ => StatusFailure::Refused(self.denied(&format, denied)),
         })?;
         match status::snapshot(self, &viewer) {
             Ok(doc) => Ok((viewer.user_id, output::to_json(&members(doc)))),
-            Err(e) => Err(StatusFailure::Unreadable(render_error(&format, e, format!("0/{}", self.quota.allowed())))),
+            Err(_) => Err(StatusFailure::Unreadable),
         }
+    }
+
+    /// The answer to a status stream asked for while the database cannot be read.
+    pub fn status_unreadable(&self, headers: &HeaderMap) -> Response {
+        early_error(
+            headers,
+            "",
+            ApiError::unavailable("it cannot be read now (GET /health says why)"),
+            self.quota.allowed(),
+        )
     }
 
     /// The parts of a status snapshot that need no reads of the database (the gateway's

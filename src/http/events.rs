@@ -108,7 +108,8 @@ pub async fn respond(
     .await;
     let (mut version, user_id, first, quota) = match first {
         Ok((v, Ok((user_id, json)), quota)) => (v, user_id, json, quota),
-        Ok((_, Err(failure), _)) => return to_hyper(failure.into_response()),
+        Ok((_, Err(StatusFailure::Refused(answer)), _)) => return to_hyper(answer),
+        Ok((_, Err(StatusFailure::Unreadable), _)) => return to_hyper(app.status_unreadable(&request.headers)),
         Err(_) => return to_hyper(app.busy(&request.headers)),
     };
     let Some(user_slot) = shared.streams.take_for(user_id) else {
@@ -123,6 +124,7 @@ pub async fn respond(
     tokio::spawn(async move {
         let _slots = (slot, user_slot);
         let mut good: Arc<str> = Arc::from(first.as_str());
+        let mut patched = false;
         let mut last = first;
         let mut site = site_of(&app);
         let mut built = Instant::now();
@@ -152,14 +154,24 @@ pub async fn respond(
                 built = Instant::now();
                 let app_c = Arc::clone(&app);
                 let good_c = Arc::clone(&good);
-                let outcome = tokio::task::spawn_blocking(move || match app_c.status_event(&request_c) {
-                    Ok((_, json)) => Built::Fresh(json),
+                let patched_before = patched;
+                let outcome = tokio::task::spawn_blocking(move || {
                     // The database cannot be read: the last snapshot, with the gateway's
-                    // health as it is now (which says why), keeps the page showing it.
-                    Err(StatusFailure::Unreadable(_)) => Built::Patched(over(&good_c, app_c.status_unread_parts())),
-                    Err(StatusFailure::Refused(_)) => Built::Refused,
+                    // health as it is now (which says why), keeps the page showing it. Once
+                    // so, the snapshot is tried again when the storage check passes (each try
+                    // that fails is logged).
+                    let patch = || Built::Patched(over(&good_c, app_c.status_unread_parts()));
+                    if patched_before && app_c.storage_check().is_err() {
+                        return patch();
+                    }
+                    match app_c.status_event(&request_c) {
+                        Ok((_, json)) => Built::Fresh(json),
+                        Err(StatusFailure::Unreadable) => patch(),
+                        Err(StatusFailure::Refused(_)) => Built::Refused,
+                    }
                 })
                 .await;
+                patched = matches!(outcome, Ok(Built::Patched(_)));
                 let json = match outcome {
                     Ok(Built::Fresh(json)) => {
                         good = Arc::from(json.as_str());

@@ -9,49 +9,48 @@ use super::{ExecCached, Result, Store, StoreError, schema};
 
 /// The clock of one retention purge (data older than its time less the retention goes): the
 /// wall clock, kept from running far ahead of the time the last purge stored when the wall
-/// clock is set wrongly ahead. It moves past that by at most `PURGE_CLOCK_LEAD_MS` at a start
-/// and then `PURGE_CLOCK_CATCH_UP_RATE` times as fast as the monotonic clock runs. A clock
-/// behind leaves the stored time where it is; a shorter retention applies at once.
+/// clock is set wrongly ahead. It moves past that by at most `PURGE_CLOCK_LEAD_MS` at a start,
+/// and from one purge to the next by at most `PURGE_CLOCK_CATCH_UP_RATE` times the time that
+/// passed on the monotonic clock. A clock behind leaves the stored time where it is; a shorter
+/// retention applies at once.
 pub struct PurgeClock {
     name: &'static str,
-    /// When this run first asked, and the time stored then.
-    first: Option<(Instant, i64)>,
+    /// When this run last purged, and the time it purged by.
+    last: Option<(Instant, i64)>,
     held_said: bool,
 }
 
 impl PurgeClock {
     pub fn new(name: &'static str) -> PurgeClock {
-        PurgeClock { name, first: None, held_said: false }
+        PurgeClock { name, last: None, held_said: false }
     }
 
     /// The time to purge by for the wall clock's `now_ms`, stored.
     pub fn now_ms(&mut self, store: &Store, now_ms: i64) -> Result<i64> {
         use crate::limits::{PURGE_CLOCK_CATCH_UP_RATE, PURGE_CLOCK_LEAD_MS};
-        let (since, mark) = match self.first {
-            Some(first) => first,
-            None => {
-                // None stored: the first purge of this database (or of this kind).
-                let stored = store.purge_clock(self.name)?.unwrap_or(now_ms.saturating_sub(PURGE_CLOCK_LEAD_MS));
-                let first = (Instant::now(), stored);
-                self.first = Some(first);
-                first
+        let most = match self.last {
+            Some((at, last)) => {
+                let ran_ms = i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX);
+                last.saturating_add(ran_ms.saturating_mul(PURGE_CLOCK_CATCH_UP_RATE))
             }
+            // Nothing stored: a new database (schema 20 started those of earlier versions from
+            // the newest time of their data).
+            None => store.purge_clock(self.name)?.map_or(now_ms, |t| t.saturating_add(PURGE_CLOCK_LEAD_MS)),
         };
-        let ran_ms = i64::try_from(since.elapsed().as_millis()).unwrap_or(i64::MAX);
-        let most =
-            mark.saturating_add(PURGE_CLOCK_LEAD_MS).saturating_add(ran_ms.saturating_mul(PURGE_CLOCK_CATCH_UP_RATE));
-        let purge_now = now_ms.min(most);
+        let purge_now = now_ms.min(most).max(self.last.map_or(i64::MIN, |(_, t)| t));
+        let behind_h = (now_ms - purge_now) / 3_600_000;
         if purge_now < now_ms && !self.held_said {
-            log::warn!(
-                "{} purge: the clock is {} h ahead of the last purge's; it purges as if it were {} h \
-                 earlier, then catches up by a day each hour (if the clock is wrong, set it: the data \
-                 within the retention is kept meanwhile)",
-                self.name,
-                (now_ms - mark) / 3_600_000,
-                (now_ms - purge_now) / 3_600_000
+            let say = format!(
+                "{} purge: the clock is {behind_h} h past the time the service last purged by (it was off \
+                 that long, or the clock is set ahead): it purges as of that time, catching up a day an hour \
+                 (if the clock is wrong, set it: what is within the retention is kept meanwhile, but for a \
+                 day of the oldest each hour)",
+                self.name
             );
+            if behind_h >= 24 { log::warn!("{say}") } else { log::info!("{say}") }
         }
         self.held_said = purge_now < now_ms;
+        self.last = Some((Instant::now(), purge_now));
         store.set_purge_clock(self.name, purge_now)?;
         Ok(purge_now)
     }
@@ -380,11 +379,14 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
     // meanwhile (`interrupted_restore`): a start there made a new, empty database.
     let companions = [wal_path(db), journal_path(db)];
     let marker = restore_marker(db);
-    let begun = std::fs::read_to_string(&marker).ok().map(|name| PathBuf::from(name.trim_end_matches('\n')));
+    let begun = restore_begun(db);
     let kept = if db.exists() || companions.iter().any(|c| c.exists()) {
         let to = match begun {
-            Some(to) => to,
-            None => free_kept_name(kept)?,
+            // Cut off before the database itself was moved there: its move is finished.
+            Some(to) if !to.exists() => to,
+            // Cut off after the restored copy was put in place (the database is that copy):
+            // it is kept like any other, under a name of its own.
+            _ => free_kept_name(kept)?,
         };
         write_synced(&marker, &to)?;
         Some(keep_current(db, &to)?)
@@ -403,6 +405,7 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
     // Restored by root, the copy is root's: the service's user must be able to open it.
     give_to_owner_of(db, kept.as_deref().or(db.parent().filter(|d| !d.as_os_str().is_empty())));
     sync_parent(db);
+    fault_stop("restore-in-place");
     let _ = std::fs::remove_file(&marker);
     sync_parent(db);
     let bytes = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
@@ -417,6 +420,14 @@ fn remove_with_companions(path: &Path) {
     }
 }
 
+/// For the tests of an interrupted restore: the process dies at `point` when
+/// `SITEGATE_FAULT_STOP` names it.
+fn fault_stop(point: &str) {
+    if std::env::var_os("SITEGATE_FAULT_STOP").is_some_and(|v| v == point) {
+        std::process::abort();
+    }
+}
+
 /// The file that says a restore of `db` is under way, and where the database it replaces goes.
 fn restore_marker(db: &Path) -> PathBuf {
     let mut p = db.as_os_str().to_owned();
@@ -424,15 +435,27 @@ fn restore_marker(db: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Where the database went (or was going) in a restore of `db` that began and did not finish
+/// (its marker is there), or None.
+fn restore_begun(db: &Path) -> Option<PathBuf> {
+    let name = std::fs::read_to_string(restore_marker(db)).ok()?;
+    let name = name.strip_suffix('\n').unwrap_or(&name);
+    (!name.is_empty()).then(|| PathBuf::from(name))
+}
+
 /// Why `db` must not be opened: a restore of it was interrupted (its database may be half
-/// moved aside); None when none was.
+/// moved aside); None when none was, or when it was cut off only after the restored copy was
+/// in place (the database is there, and so is the one it replaced).
 pub fn interrupted_restore(db: &Path) -> Option<String> {
-    let kept = std::fs::read_to_string(restore_marker(db)).ok()?;
+    let kept = restore_begun(db)?;
+    if db.exists() && kept.exists() {
+        return None;
+    }
     Some(format!(
         "a restore of {} was interrupted: run `sitegate restore --from BACKUP` again to finish it (the \
          database it replaces is kept as {}, with its log)",
         db.display(),
-        kept.trim_end_matches('\n')
+        kept.display()
     ))
 }
 
@@ -444,14 +467,21 @@ pub fn remove_partial_restore(db: &Path) {
         log::warn!("removed {}, the copy of a restore that was interrupted", partial.display());
         remove_with_companions(&partial);
     }
+    // A restore cut off after the restored copy was in place left only its marker.
+    if restore_marker(db).exists() && interrupted_restore(db).is_none() {
+        let _ = std::fs::remove_file(restore_marker(db));
+    }
 }
 
-/// Writes `path` (a path's text) to `file` and makes it durable, with its folder entry.
+/// Writes `path` (a path's text) to `file`, whole or not at all (beside it first, synced, then
+/// renamed), and makes it durable with its folder entry.
 fn write_synced(file: &Path, path: &Path) -> Result<()> {
     let failed = |e: std::io::Error| StoreError::Internal(format!("cannot write {}: {e}", file.display()));
-    let mut f = std::fs::File::create(file).map_err(failed)?;
+    let partial = partial_path(file);
+    let mut f = std::fs::File::create(&partial).map_err(failed)?;
     std::io::Write::write_all(&mut f, format!("{}\n", path.display()).as_bytes()).map_err(failed)?;
     f.sync_all().map_err(failed)?;
+    std::fs::rename(&partial, file).map_err(failed)?;
     sync_parent(file);
     Ok(())
 }
@@ -475,16 +505,19 @@ fn free_kept_name(kept: &Path) -> Result<PathBuf> {
 /// Renames the database at `db`, with its write-ahead log or rollback journal, to `free`:
 /// the files as they were, which SQLite opens together again.
 fn keep_current(db: &Path, free: &Path) -> Result<PathBuf> {
+    if free.exists() {
+        return Err(StoreError::Internal(format!("{} exists: it is not replaced", free.display())));
+    }
     for (side, to) in [(wal_path(db), wal_path(free)), (journal_path(db), journal_path(free))] {
+        if side.exists() && to.exists() {
+            return Err(StoreError::Internal(format!("{} exists: it is not replaced", to.display())));
+        }
         if side.exists() {
             std::fs::rename(&side, to)
                 .map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", side.display())))?;
         }
     }
-    // For the tests of an interrupted restore: the process dies here, between the renames.
-    if std::env::var_os("SITEGATE_FAULT_STOP").is_some_and(|v| v == "restore-log-kept") {
-        std::process::abort();
-    }
+    fault_stop("restore-log-kept");
     if db.exists() {
         std::fs::rename(db, free).map_err(|e| StoreError::Internal(format!("cannot keep {}: {e}", db.display())))?;
     }
@@ -581,4 +614,45 @@ pub(super) fn backup_before_migration(conn: &Connection, db: &Path, version: i64
         })?;
     backup_connection(conn, &out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY_MS: i64 = 86_400_000;
+
+    /// A wall clock stepped 40 days ahead, at a start or while the service runs: the purges'
+    /// clock moves an hour past the stored time at a start, and from one purge to the next no
+    /// more than 24 times the time that passed; a clock set back leaves it where it was.
+    #[test]
+    fn a_purge_clock_is_not_moved_far_by_a_wall_clock_set_ahead() {
+        let (dir, store) = super::super::testing::store_with_org("purge_clock", "o");
+        let t = 1_800_000_000_000;
+        let mut clock = PurgeClock::new("test");
+        assert_eq!(clock.now_ms(&store, t).unwrap(), t, "nothing stored: the wall clock");
+        // Purges as the clock runs (it follows), then one with the clock stepped: what it may
+        // move is counted from the last purge, not from the first of the run.
+        let started = Instant::now();
+        let mut last = t;
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(250));
+            let wall = t + i64::try_from(started.elapsed().as_millis()).unwrap();
+            last = clock.now_ms(&store, wall).unwrap();
+            assert_eq!(last, wall);
+        }
+        let stepped = clock.now_ms(&store, t + 40 * DAY_MS).unwrap();
+        // (From the first: 24 s and more.)
+        assert!(stepped - last < 10_000, "moved {} ms", stepped - last);
+        // Set back: not before the time it purged by.
+        assert_eq!(clock.now_ms(&store, t - DAY_MS).unwrap(), stepped);
+        // A start with the clock ahead: an hour past what was stored.
+        let mut restarted = PurgeClock::new("test");
+        let at_start = restarted.now_ms(&store, t + 40 * DAY_MS).unwrap();
+        assert_eq!(at_start, stepped + crate::limits::PURGE_CLOCK_LEAD_MS);
+        // Another purge's clock is its own.
+        assert_eq!(PurgeClock::new("other").now_ms(&store, t + DAY_MS).unwrap(), t + DAY_MS);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -45,7 +45,9 @@ pub use alerts::{AlertOrder, NewAlert, StoredAlert};
 pub use budget::{ReadStop, ReplyBudget, charge as charge_reply, take_charged};
 pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification, Outbox, Outgoing, Render};
 pub use location::{ContactLocations, LocationBatch, LocationEvent, Placement, StoredDevice, Visit, VisitFilter};
-pub use maintenance::{PurgeClock, access_hint, backup, compact, give_to_owner_of, remove_partial_restore, restore};
+pub use maintenance::{
+    PurgeClock, access_hint, backup, compact, give_to_owner_of, interrupted_restore, remove_partial_restore, restore,
+};
 pub use mqtt::{MqttUser, Queued};
 pub use principals::NewUser;
 pub use records::{

@@ -426,4 +426,19 @@ WHEN NEW.updated > (SELECT v FROM updated_high WHERE id = 1) BEGIN
     UPDATE updated_high SET v = NEW.updated WHERE id = 1;
 END;
 "#,
+    // 20: the purge clocks of a database of an earlier version start from the newest time of
+    // the data each purges (without one, the first start with the clock ahead purged by it);
+    // and a database that took an early form of 18 gets the table 18 makes now.
+    r#"
+CREATE TABLE IF NOT EXISTS purge_clocks (name TEXT PRIMARY KEY, now_ms INTEGER NOT NULL) WITHOUT ROWID;
+DROP TABLE IF EXISTS purge_marks;
+INSERT OR IGNORE INTO purge_clocks (name, now_ms)
+    SELECT 'location', t FROM (SELECT max(t) AS t FROM
+        (SELECT (SELECT max(t_ms) FROM locations l WHERE l.device_id = d.id) AS t FROM devices d
+         UNION ALL SELECT max(t_ms) FROM alerts))
+    WHERE t IS NOT NULL;
+INSERT OR IGNORE INTO purge_clocks (name, now_ms)
+    SELECT 'webhook deliveries', t * 1000 FROM (SELECT max(finished) AS t FROM deliveries WHERE state <> 0)
+    WHERE t IS NOT NULL;
+"#,
 ];

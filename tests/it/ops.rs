@@ -789,3 +789,51 @@ fn an_interrupted_restore_is_finished_by_the_next_one() {
         .collect();
     assert!(!names.iter().any(|n| n.ends_with(".restoring") || n.ends_with(".partial")), "{names:?}");
 }
+
+/// A restore cut off after the restored copy was in place, before it removed its marker: the
+/// service starts on the restored database, and the next restore keeps the database it
+/// replaces under a name of its own; the copy the first kept is not written over (it was,
+/// by the next restore, with the data only it held).
+#[test]
+fn a_restore_cut_off_at_its_end_loses_no_kept_copy() {
+    let s = Service::start("a_restore_cut_off_at_its_end_loses_no_kept_copy");
+    let client = s.admin_client();
+    let admin = s.admin.clone();
+    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let backup = s.dir.join("backup.db");
+    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after = client.create("contacts", r#"{"firstname": "Bo", "lastname": "Lin"}"#);
+    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    assert_eq!(s.terminate(), Some(0));
+
+    let restore = |fault: Option<&str>| {
+        let mut cmd = crate::support::sitegate();
+        cmd.args(["restore", "--config", cfg.to_str().unwrap(), "--from", backup.to_str().unwrap()]);
+        if let Some(point) = fault {
+            cmd.env("SITEGATE_FAULT_STOP", point);
+        }
+        cmd.output().unwrap()
+    };
+    let cut = restore(Some("restore-in-place"));
+    assert!(!cut.status.success(), "the restore was cut off");
+    let kept: Vec<_> = std::fs::read_dir(dir.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("before-restore") && !p.to_string_lossy().ends_with("-wal"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let kept = kept[0].clone();
+    let contacts = |path: &std::path::Path| -> i64 {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row("SELECT count(*) FROM items WHERE typeid = 1", [], |r| r.get(0)).unwrap()
+    };
+    assert_eq!(contacts(&kept), 2);
+
+    let s = Service::launch(dir.clone(), cfg.clone(), &[]);
+    assert_eq!(all_ids(&s.client(&admin)), BTreeSet::from([first]), "the backup's data");
+    assert_eq!(s.terminate(), Some(0));
+    let out = restore(None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(contacts(&kept), 2, "the first kept copy, with {after}");
+}
