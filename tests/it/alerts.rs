@@ -50,11 +50,32 @@ fn start_with_badge(name: &str) -> (Service, i64) {
 
 /// [`start_with_badge`] with another configuration.
 fn start_with_badge_in(name: &str, config: &str) -> (Service, i64) {
-    let s = Service::start_with(name, Options { config, ..Default::default() });
+    start_with_badge_env(name, config, Vec::new())
+}
+
+/// [`start_with_badge_in`] with more environment (a stepped clock's).
+fn start_with_badge_env(name: &str, config: &str, env: Vec<(&str, &str)>) -> (Service, i64) {
+    let s = Service::start_with(name, Options { config, env });
     let c = s.admin_client();
     let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
     add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
     (s, ann)
+}
+
+/// MQTT options for a persistent session (clean session off).
+fn persistent(o: &mut rumqttc::MqttOptions) {
+    o.set_clean_session(false);
+}
+
+/// The office's receiver, connected; the intercoms' password; and intercom-1, on a persistent
+/// session, subscribed to the alerts.
+fn scanner_and_intercom(s: &Service) -> (crate::mqtt::Mqtt, String, crate::mqtt::Mqtt) {
+    let addr = mqtt_addr(s);
+    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(s, "acme", "scanner", true)).unwrap();
+    let pw = mqtt_user(s, "acme", "intercom", false);
+    let intercom = crate::mqtt::connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
+    intercom.subscribe("acme/+/alert");
+    (scanner, pw, intercom)
 }
 
 /// How many alerts of a type (Monitor, Warn, Alarm) the organisation has recorded.
@@ -224,13 +245,7 @@ fn an_intercom_away_for_a_moment_gets_the_alarm_raised_meanwhile() {
     let (s, _) = start_with_badge("alerts_persistent_session");
     let c = s.admin_client();
     let addr = mqtt_addr(&s);
-    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
-    let pw = mqtt_user(&s, "acme", "intercom", false);
-    let persistent = |o: &mut rumqttc::MqttOptions| {
-        o.set_clean_session(false);
-    };
-    let intercom = connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
-    intercom.subscribe("acme/+/alert");
+    let (scanner, pw, intercom) = scanner_and_intercom(&s);
     let forgetful = connect(addr, "intercom-2", "intercom", &pw).unwrap();
     forgetful.subscribe("acme/+/alert");
     // The badge walks into the office (a Warn) while both listen.
@@ -957,10 +972,8 @@ fn a_panic_press_while_the_advert_queue_is_full_raises_an_alarm() {
 fn a_start_with_the_clock_ahead_keeps_what_is_within_the_retention() {
     let stepped = crate::support::SteppedClock::new("alerts_clock_ahead_offset");
     let env = stepped.env();
-    let s = Service::start_with("alerts_clock_ahead", Options { config: &config(), env: env.clone() });
+    let (s, ann) = start_with_badge_env("alerts_clock_ahead", &config(), env.clone());
     let c = s.admin_client();
-    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
     let rx = Receiver::start();
     let body = format!(r#"{{"event": "alerts.create", "url": "{}", "contenttype": "json"}}"#, rx.url("/in"));
     let hook = c.post_json("/hooks", &body).json()["id"].as_i64().unwrap();
@@ -1012,18 +1025,10 @@ fn a_start_with_the_clock_ahead_keeps_what_is_within_the_retention() {
 fn an_intercom_away_while_the_clock_steps_forward_gets_the_alarm() {
     use crate::mqtt::connect_with;
     let stepped = crate::support::SteppedClock::new("alerts_queue_clock_offset");
-    let s = Service::start_with("alerts_queue_clock", Options { config: &config(), env: stepped.env() });
+    let (s, _) = start_with_badge_env("alerts_queue_clock", &config(), stepped.env());
     let c = s.admin_client();
-    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
     let addr = mqtt_addr(&s);
-    let scanner = connect(addr, "scanner-1", "scanner", &mqtt_user(&s, "acme", "scanner", true)).unwrap();
-    let pw = mqtt_user(&s, "acme", "intercom", false);
-    let persistent = |o: &mut rumqttc::MqttOptions| {
-        o.set_clean_session(false);
-    };
-    let intercom = connect_with(addr, "intercom-1", "intercom", &pw, persistent).unwrap();
-    intercom.subscribe("acme/+/alert");
+    let (scanner, pw, intercom) = scanner_and_intercom(&s);
     let connections = || s.anonymous().get_json("/health").json()["mqtt"]["connections"].as_i64();
     wait_for("the intercom subscribed", || (connections() == Some(2)).then_some(()));
     intercom.client.disconnect().unwrap();
@@ -1048,10 +1053,8 @@ fn an_intercom_away_while_the_clock_steps_forward_gets_the_alarm() {
 fn a_restart_with_the_clock_behind_leaves_the_last_visits_as_they_were() {
     let stepped = crate::support::SteppedClock::new("alerts_restart_behind_offset");
     let env = stepped.env();
-    let s = Service::start_with("alerts_restart_behind", Options { config: &config(), env: env.clone() });
+    let (s, _) = start_with_badge_env("alerts_restart_behind", &config(), env.clone());
     let c = s.admin_client();
-    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    add_badge(&c, &format!(r#", "tagtype": 1, "contactid": {ann}"#));
     let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
     let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
     report_until(&scanner, &c, false, "Warn", 1);

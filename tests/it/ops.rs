@@ -631,21 +631,9 @@ fn the_open_files_limit_is_raised_for_the_connections_allowed() {
 /// database): left beside the restored file, SQLite rolled the old database's pages into it.
 #[test]
 fn restore_takes_a_backups_log_and_keeps_the_replaced_databases_journal() {
-    let s = Service::start("restore_takes_a_backups_log");
-    let client = s.admin_client();
-    let admin = s.admin.clone();
-    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    let backup = s.dir.join("backup.db");
-    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut ids = BTreeSet::from([first]);
-    for i in 0..30 {
-        ids.insert(client.create("contacts", &format!(r#"{{"firstname": "N{i}", "lastname": "Lin"}}"#)));
-    }
-    let (dir, cfg) = (s.dir.clone(), s.config.clone());
+    let Killed { admin, dir, cfg, backup, first, ids } = killed_after_a_backup("restore_takes_a_backups_log");
     let db = dir.join("data").join("sitegate.db");
-    // Killed: the last writes are in the log only. The two files as the crash left them.
-    drop(s);
+    // The two files as the crash left them.
     let crashed = dir.join("crashed.db");
     std::fs::copy(&db, &crashed).unwrap();
     std::fs::copy(dir.join("data").join("sitegate.db-wal"), dir.join("crashed.db-wal")).unwrap();
@@ -720,21 +708,8 @@ fn a_reload_during_the_start_is_taken_once_it_serves() {
 /// database without its log (the last writes gone), or, cut a step later, a new empty one.
 #[test]
 fn an_interrupted_restore_is_finished_by_the_next_one() {
-    let s = Service::start("an_interrupted_restore_is_finished_by_the_next_one");
-    let client = s.admin_client();
-    let admin = s.admin.clone();
-    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    let backup = s.dir.join("backup.db");
-    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut ids = BTreeSet::from([first]);
-    for i in 0..30 {
-        ids.insert(client.create("contacts", &format!(r#"{{"firstname": "N{i}", "lastname": "Lin"}}"#)));
-    }
-    let (dir, cfg) = (s.dir.clone(), s.config.clone());
-    // Killed: the last writes are in the log only.
-    drop(s);
-    assert!(std::fs::metadata(dir.join("data/sitegate.db-wal")).unwrap().len() > 0, "the writes are in the log");
+    let Killed { admin, dir, cfg, backup, first, ids } =
+        killed_after_a_backup("an_interrupted_restore_is_finished_by_the_next_one");
 
     let cut = crate::support::sitegate()
         .args(["restore", "--config", cfg.to_str().unwrap(), "--from", backup.to_str().unwrap()])
@@ -796,16 +771,8 @@ fn an_interrupted_restore_is_finished_by_the_next_one() {
 /// by the next restore, with the data only it held).
 #[test]
 fn a_restore_cut_off_at_its_end_loses_no_kept_copy() {
-    let s = Service::start("a_restore_cut_off_at_its_end_loses_no_kept_copy");
-    let client = s.admin_client();
-    let admin = s.admin.clone();
-    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
-    let backup = s.dir.join("backup.db");
-    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let after = client.create("contacts", r#"{"firstname": "Bo", "lastname": "Lin"}"#);
-    let (dir, cfg) = (s.dir.clone(), s.config.clone());
-    assert_eq!(s.terminate(), Some(0));
+    let Killed { admin, dir, cfg, backup, first, ids } =
+        killed_after_a_backup("a_restore_cut_off_at_its_end_loses_no_kept_copy");
 
     let restore = |fault: Option<&str>| {
         let mut cmd = crate::support::sitegate();
@@ -828,12 +795,42 @@ fn a_restore_cut_off_at_its_end_loses_no_kept_copy() {
         let conn = rusqlite::Connection::open(path).unwrap();
         conn.query_row("SELECT count(*) FROM items WHERE typeid = 1", [], |r| r.get(0)).unwrap()
     };
-    assert_eq!(contacts(&kept), 2);
+    assert_eq!(contacts(&kept), ids.len() as i64, "kept with its log");
 
     let s = Service::launch(dir.clone(), cfg.clone(), &[]);
     assert_eq!(all_ids(&s.client(&admin)), BTreeSet::from([first]), "the backup's data");
     assert_eq!(s.terminate(), Some(0));
     let out = restore(None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(contacts(&kept), 2, "the first kept copy, with {after}");
+    assert_eq!(contacts(&kept), ids.len() as i64, "the first kept copy");
+}
+
+/// A service killed after a backup and 30 contacts more: their writes are in the database's
+/// log only.
+struct Killed {
+    admin: crate::support::Account,
+    dir: std::path::PathBuf,
+    cfg: std::path::PathBuf,
+    backup: std::path::PathBuf,
+    /// The contact the backup holds, and every contact.
+    first: i64,
+    ids: BTreeSet<i64>,
+}
+
+fn killed_after_a_backup(name: &str) -> Killed {
+    let s = Service::start(name);
+    let client = s.admin_client();
+    let first = client.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    let backup = s.dir.join("backup.db");
+    let out = s.cli(&["backup", "--out", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut ids = BTreeSet::from([first]);
+    for i in 0..30 {
+        ids.insert(client.create("contacts", &format!(r#"{{"firstname": "N{i}", "lastname": "Lin"}}"#)));
+    }
+    let killed = Killed { admin: s.admin.clone(), dir: s.dir.clone(), cfg: s.config.clone(), backup, first, ids };
+    drop(s);
+    let wal = killed.dir.join("data/sitegate.db-wal");
+    assert!(std::fs::metadata(wal).unwrap().len() > 0, "the writes are in the log");
+    killed
 }
