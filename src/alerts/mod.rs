@@ -95,6 +95,9 @@ pub struct Alerts {
     /// An alert found the feed's queue full: it and those after it are recorded unpublished,
     /// and published in order from the database when there is room ([`Alerts::publish_unpublished`]).
     feed_behind: bool,
+    /// When this run began to listen (its first [`Alerts::resume`]): a device last heard
+    /// before it counts as unheard only from then on.
+    listening_since_ms: Option<i64>,
     /// Devices whose battery reports are back above the battery rules, since the last
     /// [`Alerts::act`].
     recovered: Vec<i64>,
@@ -112,6 +115,7 @@ impl Alerts {
             held: HashMap::new(),
             button_ms: HashMap::new(),
             feed_behind: false,
+            listening_since_ms: None,
             recovered: Vec::new(),
         }
     }
@@ -244,6 +248,7 @@ impl Alerts {
     /// no `enter` alert (it did not come in; the engine only placed it again).
     /// Devices `kept` in their zones (carried across a reload, no `enter` coming) stay as they are.
     pub fn resume(&mut self, now_ms: i64, away_timeout_ms: i64, kept: &std::collections::HashSet<i64>) {
+        self.listening_since_ms.get_or_insert(now_ms);
         for (id, k) in self.devices.iter_mut() {
             if kept.contains(id) {
                 continue;
@@ -257,6 +262,9 @@ impl Alerts {
     /// repeat windows, absences and the devices' last times move with it.
     pub fn shift(&mut self, by_ms: i64) {
         self.eval.shift(by_ms);
+        if let Some(t) = &mut self.listening_since_ms {
+            *t = t.saturating_add(by_ms);
+        }
         for k in self.devices.values_mut() {
             if let Some(t) = &mut k.last_seen_ms {
                 *t = t.saturating_add(by_ms);
@@ -369,8 +377,9 @@ impl Alerts {
             }
         }
         if self.eval.rules.iter().any(|r| matches!(r.condition, Condition::NotSeen { .. })) {
+            let watched = (self.listening_since_ms.unwrap_or(i64::MIN), now_ms);
             for (id, k) in &self.devices {
-                self.eval.unseen(DeviceFacts { device_id: *id, tagtype: k.tagtype }, k.last_seen_ms, now_ms, out);
+                self.eval.unseen(DeviceFacts { device_id: *id, tagtype: k.tagtype }, k.last_seen_ms, watched, out);
             }
         }
     }

@@ -353,12 +353,21 @@ impl Evaluator {
         }
     }
 
-    /// Devices not heard for long enough; `last_seen_ms` None: never heard (no alert).
-    pub fn unseen(&mut self, d: DeviceFacts, last_seen_ms: Option<i64>, now_ms: i64, out: &mut Vec<Fired>) {
+    /// Devices not heard for long enough; `last_seen_ms` None: never heard (no alert). Only
+    /// the time since `watched_from_ms` counts (when the service began to listen: a device
+    /// last heard before a restart may have been there all along); the alert says how long
+    /// since it was last heard.
+    pub fn unseen(
+        &mut self,
+        d: DeviceFacts,
+        last_seen_ms: Option<i64>,
+        (watched_from_ms, now_ms): (i64, i64),
+        out: &mut Vec<Fired>,
+    ) {
         let Some(seen) = last_seen_ms else { return };
         for i in 0..self.rules.len() {
             if let Condition::NotSeen { ms } = self.rules[i].condition
-                && now_ms - seen >= ms
+                && now_ms - seen.max(watched_from_ms) >= ms
                 && Self::applies(&self.rules[i], d)
             {
                 // Once per absence: a new absence is one that began after the last alert (an
@@ -398,6 +407,25 @@ mod tests {
         assert_eq!((out[0].rule, out[0].device_id), (1, 2));
     }
 
+    /// After a restart (or a start with the clock ahead), a device last heard before it is
+    /// unheard only from when the service began to listen: no alert while it may simply not
+    /// have been heard yet; one, saying the whole absence, once the rule's time has passed.
+    /// Every badge raised "not seen" at a start that came longer than the rule's time after
+    /// the stop (an upgrade, a reboot), before its first advert arrived.
+    #[test]
+    fn unseen_counts_from_when_the_service_began_to_listen() {
+        let mut e = Evaluator::new(vec![rule(Condition::NotSeen { ms: 600_000 }, vec![])]);
+        let d = DeviceFacts { device_id: 7, tagtype: None };
+        let mut out = Vec::new();
+        let started = 3_600_000;
+        e.unseen(d, Some(1_000_000), (started, started + 1_000), &mut out);
+        e.unseen(d, Some(1_000_000), (started, started + 599_999), &mut out);
+        assert!(out.is_empty(), "fired {} ms after the start", out[0].t_ms - started);
+        e.unseen(d, Some(1_000_000), (started, started + 600_000), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].value, ((started + 600_000 - 1_000_000) / 60_000).to_string());
+    }
+
     #[test]
     fn unseen_fires_once_per_absence_and_battery_below_its_threshold() {
         let mut e = Evaluator::new(vec![
@@ -406,15 +434,15 @@ mod tests {
         ]);
         let d = DeviceFacts { device_id: 7, tagtype: None };
         let mut out = Vec::new();
-        e.unseen(d, None, 10_000_000, &mut out);
-        e.unseen(d, Some(0), 599_999, &mut out);
+        e.unseen(d, None, (i64::MIN, 10_000_000), &mut out);
+        e.unseen(d, Some(0), (i64::MIN, 599_999), &mut out);
         assert!(out.is_empty());
-        e.unseen(d, Some(0), 600_000, &mut out);
-        e.unseen(d, Some(0), 9_000_000, &mut out);
+        e.unseen(d, Some(0), (i64::MIN, 600_000), &mut out);
+        e.unseen(d, Some(0), (i64::MIN, 9_000_000), &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].value.as_str(), out[0].units.as_str()), ("10", "min"));
         // Seen again, then gone again: a new alert.
-        e.unseen(d, Some(9_500_000), 10_200_000, &mut out);
+        e.unseen(d, Some(9_500_000), (i64::MIN, 10_200_000), &mut out);
         assert_eq!(out.len(), 2);
         out.clear();
         e.battery(d, 2600, 1, &mut out);
@@ -462,7 +490,7 @@ mod tests {
         let d = DeviceFacts { device_id: 7, tagtype: None };
         let mut out = Vec::new();
         e.alarm_event(d, 10_000_000, &mut out);
-        e.unseen(d, Some(9_000_000), 10_000_000, &mut out);
+        e.unseen(d, Some(9_000_000), (i64::MIN, 10_000_000), &mut out);
         assert_eq!(out.len(), 2);
         // An hour back: pressed again a minute and a half later, by the clock's new time.
         out.clear();
@@ -471,7 +499,7 @@ mod tests {
         // Seen by the new clock, then silent ten minutes: the alert of the last absence,
         // dated ahead, is not this absence's.
         out.clear();
-        e.unseen(d, Some(6_500_000), 7_100_000, &mut out);
+        e.unseen(d, Some(6_500_000), (i64::MIN, 7_100_000), &mut out);
         assert_eq!(out.len(), 1, "a new absence");
         // Moved with the clock: the window of the last firing holds.
         let mut e = Evaluator::new(vec![rule(Condition::AlarmEvent, vec![])]);
@@ -496,7 +524,7 @@ mod tests {
         e.remember("no such rule", 7, 1_000);
         let mut out = Vec::new();
         e.alarm_event(d, 60_999, &mut out);
-        e.unseen(d, Some(0), 900_000, &mut out);
+        e.unseen(d, Some(0), (i64::MIN, 900_000), &mut out);
         assert!(out.is_empty(), "{:?}", out.iter().map(|f| f.rule).collect::<Vec<_>>());
         e.alarm_event(d, 61_000, &mut out);
         assert_eq!(out.len(), 1);
@@ -507,7 +535,7 @@ mod tests {
         }
         out.clear();
         reloaded.alarm_event(d, 62_000, &mut out);
-        reloaded.unseen(d, Some(0), 1_000_000, &mut out);
+        reloaded.unseen(d, Some(0), (i64::MIN, 1_000_000), &mut out);
         assert!(out.is_empty());
     }
 }

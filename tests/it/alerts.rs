@@ -1130,3 +1130,45 @@ fn a_shorter_retention_applies_at_once() {
     let kept: i64 = db.query_row("SELECT count(*) FROM locations", [], |r| r.get(0)).unwrap();
     assert!(kept > 0, "this day's history kept");
 }
+
+/// A restart three minutes after the stop (an upgrade, a reboot) with a rule for badges not
+/// seen for a minute: the badge, heard again as soon as its receiver is back (seconds after
+/// the service), raises no "not seen" alert. Every badge last heard before the stop raised one at the start, before its
+/// first advert came in.
+#[test]
+fn a_restart_after_minutes_raises_no_not_seen_alert() {
+    let stepped = SteppedClock::new("a_restart_after_minutes_offset");
+    let env = stepped.env();
+    let config = format!(
+        "{}\n[[alert_rules]]\nid = \"gone\"\ntype = \"warn\"\nwhen = \"not_seen\"\nminutes = 1\n",
+        site_config("")
+    );
+    let s = Service::start_with("a_restart_after_minutes", Options { config: &config, env: env.clone() });
+    let c = s.admin_client();
+    let ann = c.create("contacts", r#"{"firstname": "Ann", "lastname": "Lee"}"#);
+    add_badge(&c, &format!(r#", "contactid": {ann}"#));
+    let scanner_pw = mqtt_user(&s, "acme", "scanner", true);
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(200));
+    wait_for("the badge in the office", || (c.get_json("/devices/1").json()["device"]["zoneid"] == 22).then_some(()));
+    hearing.stop();
+    let (admin, dir, cfg) = (s.admin.clone(), s.dir.clone(), s.config.clone());
+    drop(scanner);
+    assert_eq!(s.terminate(), Some(0));
+
+    std::fs::write(&stepped.offset, "+180").unwrap();
+    let s = Service::launch(dir, cfg, &env);
+    let c = s.client(&admin);
+    // The receiver comes back a few seconds after the service (its reconnect delay).
+    std::thread::sleep(Duration::from_secs(3));
+    let scanner = connect(mqtt_addr(&s), "scanner-1", "scanner", &scanner_pw).unwrap();
+    let hearing = crate::mqtt::Hearing::start(&scanner, Duration::from_millis(200));
+    wait_for("the badge heard again", || {
+        let seen = c.get_json("/devices/1").json()["device"]["lastseen"].as_str()?.to_string();
+        (seen.as_str() > "").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    hearing.stop();
+    let warns = c.get_json("/alerts?all=1&type=Warn").json();
+    assert_eq!(warns["alerts"]["count"], 0, "a badge heard again at once was reported unseen: {warns}");
+}
