@@ -43,7 +43,6 @@ const OPENAPI_JSON: &str = include_str!("../../docs/openapi.json");
 pub const QUOTA_HEADER: &str = "Http-X-Service-Api-Call-Limit";
 pub const REALM: &str = "sitegate";
 
-/// Why a request's credentials were not accepted.
 /// Why a status event could not be built.
 pub enum StatusFailure {
     /// The caller's credentials are not (or no longer) accepted: the answer that says so.
@@ -53,6 +52,7 @@ pub enum StatusFailure {
     Unreadable,
 }
 
+/// Why a request's credentials were not accepted.
 enum Denied {
     Refused,
     /// The client's address is locked out for this many more milliseconds.

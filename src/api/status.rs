@@ -94,9 +94,7 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
         );
     }
 
-    let last_heard = receivers_heard(app);
-    let started = now - i64::try_from(app.metrics.uptime_secs() * 1000).unwrap_or(0);
-    let silent_ms = i64::try_from(app.config.location.receiver_silent_s * 1000).unwrap_or(i64::MAX);
+    let heard = receivers_heard(app, now);
     let mut silent_receivers = Vec::new();
 
     let mut floors = Vec::new();
@@ -125,8 +123,7 @@ pub fn snapshot(app: &App, viewer: &Viewer) -> Result<Out, ApiError> {
             .filter(|(_, r)| site.zones[r.zone].floor == fi)
             .map(|(ri, r)| {
                 let (x, y) = layout.receiver(ri);
-                let last = last_heard(&r.id);
-                let silent = crate::mqtt::ingest::silent(now, last.unwrap_or(started), silent_ms);
+                let (last, silent) = heard(&r.id);
                 if silent {
                     silent_receivers.push(Out::text(r.id.clone()));
                 }
@@ -189,18 +186,18 @@ pub fn unread_parts(app: &App) -> Out {
 
 /// The ids of the site map's receivers that are silent, in the order the floors list them.
 fn silent_receivers(app: &App, site: &Site, now: i64) -> Vec<Out> {
-    let last_heard = receivers_heard(app);
-    let started = now - i64::try_from(app.metrics.uptime_secs() * 1000).unwrap_or(0);
-    let silent_ms = i64::try_from(app.config.location.receiver_silent_s * 1000).unwrap_or(i64::MAX);
+    let heard = receivers_heard(app, now);
     (0..site.floors.len())
         .flat_map(|fi| site.receivers.iter().filter(move |r| site.zones[r.zone].floor == fi))
-        .filter(|r| crate::mqtt::ingest::silent(now, last_heard(&r.id).unwrap_or(started), silent_ms))
+        .filter(|r| heard(&r.id).1)
         .map(|r| Out::text(r.id.clone()))
         .collect()
 }
 
-/// When each receiver was last heard: the local adapter from the scan, the others over MQTT.
-fn receivers_heard(app: &App) -> impl Fn(&str) -> Option<i64> + '_ {
+/// When each receiver was last heard (the local adapter from the scan, the others over
+/// MQTT), and whether it is silent at `now` (longer than `[location] receiver_silent_s`,
+/// counted from the start for one not heard since).
+fn receivers_heard(app: &App, now: i64) -> impl Fn(&str) -> (Option<i64>, bool) + '_ {
     let heard: HashMap<String, i64> = app
         .ingest
         .get()
@@ -214,12 +211,15 @@ fn receivers_heard(app: &App) -> impl Fn(&str) -> Option<i64> + '_ {
         })
         .unwrap_or_default();
     let local_last = app.scan.last_advert_ms.load(std::sync::atomic::Ordering::Relaxed);
+    let started = now - i64::try_from(app.metrics.uptime_secs() * 1000).unwrap_or(0);
+    let silent_ms = i64::try_from(app.config.location.receiver_silent_s * 1000).unwrap_or(i64::MAX);
     move |id: &str| {
-        if id == app.config.location.adapter && local_last > 0 {
+        let last = if id == app.config.location.adapter && local_last > 0 {
             i64::try_from(local_last).ok()
         } else {
             heard.get(id).copied()
-        }
+        };
+        (last, crate::mqtt::ingest::silent(now, last.unwrap_or(started), silent_ms))
     }
 }
 

@@ -3,8 +3,6 @@
 //! subject O is the organisation (the broker's mutual-TLS listener takes the client's
 //! organisation from it). ECDSA P-256 keys (rcgen with ring); private keys are written 0600.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -41,25 +39,11 @@ fn validity(params: &mut CertificateParams, years: i16) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `path` whole or not at all: beside it first, synced, then renamed over it (a kill or
-/// a power cut left empty keys and a CA certificate that made a second `init` refuse).
+/// Writes `path` whole or not at all (a kill or a power cut left empty keys and a CA
+/// certificate that made a second `init` refuse).
 fn write(path: &Path, text: &str, private: bool) -> Result<(), String> {
-    let failed = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    if private {
-        options.mode(0o600);
-    }
-    let mut f = options.open(&partial).map_err(failed)?;
-    f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(failed)?;
-    std::fs::rename(&partial, path).map_err(failed)?;
-    if let Some(dir) = path.parent().and_then(|d| std::fs::File::open(d).ok()) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
+    crate::store::write_whole(path, text.as_bytes(), private)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 fn err(e: rcgen::Error) -> String {

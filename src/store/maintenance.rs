@@ -388,7 +388,7 @@ pub fn restore(db: &Path, from: &Path, kept: &Path) -> Result<(Copied, Option<Pa
             // it is kept like any other, under a name of its own.
             _ => free_kept_name(kept)?,
         };
-        write_synced(&marker, &to)?;
+        write_marker(&marker, &to)?;
         Some(keep_current(db, &to)?)
     } else {
         begun
@@ -473,17 +473,28 @@ pub fn remove_partial_restore(db: &Path) {
     }
 }
 
-/// Writes `path` (a path's text) to `file`, whole or not at all (beside it first, synced, then
-/// renamed), and makes it durable with its folder entry.
-fn write_synced(file: &Path, path: &Path) -> Result<()> {
-    let failed = |e: std::io::Error| StoreError::Internal(format!("cannot write {}: {e}", file.display()));
-    let partial = partial_path(file);
-    let mut f = std::fs::File::create(&partial).map_err(failed)?;
-    std::io::Write::write_all(&mut f, format!("{}\n", path.display()).as_bytes()).map_err(failed)?;
-    f.sync_all().map_err(failed)?;
-    std::fs::rename(&partial, file).map_err(failed)?;
-    sync_parent(file);
+/// Writes `bytes` to `path` whole or not at all: beside it first (mode 0600 when `private`),
+/// synced, then renamed over it, with its folder entry made durable.
+pub fn write_whole(path: &Path, bytes: &[u8], private: bool) -> std::io::Result<()> {
+    let partial = partial_path(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    }
+    let mut f = options.open(&partial)?;
+    std::io::Write::write_all(&mut f, bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&partial, path)?;
+    sync_parent(path);
     Ok(())
+}
+
+/// Writes the restore marker `file`, naming `path`.
+fn write_marker(file: &Path, path: &Path) -> Result<()> {
+    write_whole(file, format!("{}\n", path.display()).as_bytes(), true)
+        .map_err(|e| StoreError::Internal(format!("cannot write {}: {e}", file.display())))
 }
 
 /// `kept`, or `kept-2`, `kept-3`, ... where that name is taken.

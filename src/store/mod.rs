@@ -47,6 +47,7 @@ pub use hooks::{Attempt, Content, DeliveryInfo, Hook, HookSettings, Notification
 pub use location::{ContactLocations, LocationBatch, LocationEvent, Placement, StoredDevice, Visit, VisitFilter};
 pub use maintenance::{
     PurgeClock, access_hint, backup, compact, give_to_owner_of, interrupted_restore, remove_partial_restore, restore,
+    write_whole,
 };
 pub use mqtt::{MqttUser, Queued};
 pub use principals::NewUser;
