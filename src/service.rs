@@ -193,7 +193,7 @@ fn check_clock() -> Result<(), ServeError> {
 }
 
 pub fn serve(config: Config) -> Result<(), ServeError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = std::sync::Arc::unwrap_or_clone(crate::http::tls::provider()).install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(limits::RUNTIME_WORKER_THREADS)
         .max_blocking_threads(limits::RUNTIME_BLOCKING_THREADS_MAX)

@@ -492,7 +492,7 @@ fn credentials(url: &str) -> (std::borrow::Cow<'_, str>, Option<String>) {
 
 /// The public CAs built in, or instead the site's from `[webhooks] ca`.
 fn tls_config(ca: Option<&crate::config::WebhookCa>) -> ureq::tls::TlsConfig {
-    let builder = ureq::tls::TlsConfig::builder();
+    let builder = ureq::tls::TlsConfig::builder().unversioned_rustls_crypto_provider(crate::http::tls::provider());
     match ca {
         None => builder.build(),
         Some(ca) => builder

@@ -1,10 +1,18 @@
-//! HTTPS: rustls with the ring provider, certificate chain and key from PEM files.
+//! HTTPS: rustls, certificate chain and key from PEM files; the one crypto provider of every
+//! TLS connection of the service.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The crypto provider of every TLS configuration the service builds (HTTPS, webhooks, the
+/// MQTT bridge): aws-lc, which the broker's TLS listener (rmqtt) uses anyway, so the binary
+/// carries one provider, not two.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
 
 /// Builds the server configuration; the error names which file is wrong.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, (&'static str, String)> {
@@ -16,8 +24,7 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
     }
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| ("tls_key", format!("cannot read a private key from {}: {e}", key.display())))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| ("tls_cert", e.to_string()))?
         .with_no_client_auth()

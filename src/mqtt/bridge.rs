@@ -103,7 +103,7 @@ fn transport(s: &BridgeSettings) -> Result<Transport, String> {
             }
         }
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    let config = rustls::ClientConfig::builder_with_provider(crate::http::tls::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?
         .with_root_certificates(roots)

@@ -267,7 +267,7 @@ fn https_serves_the_same_api() {
     let get = |path: &str| -> String {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ck.cert.der().clone()).unwrap();
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let client_config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()

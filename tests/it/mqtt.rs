@@ -369,7 +369,7 @@ fn remote_receivers_feed_the_engine() {
 /// takes username and password, the other a client certificate whose O is the organisation.
 #[test]
 fn tls_with_passwords_and_with_client_certificates() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = test_dir("mqtt_tls");
     let config = dir.join("config.toml");
     // The configuration names the files before they are made: `cert init` makes them all

@@ -703,7 +703,7 @@ impl TlsReceiver {
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_file_iter(cert).unwrap().map(Result::unwrap).collect();
         let key = PrivateKeyDer::from_pem_file(key).unwrap();
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
