@@ -153,7 +153,10 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny runs: checks that the harness works")
     ap.add_argument("--churn-rounds", type=int, default=5, help="rounds of 1,000 connects and disconnects")
     args = ap.parse_args()
-    runs = [(1, 10000, 0), (10, 5000, 0), (1, 10000, 1), (10, 2000, 1), (1, 200000, 0), (1, 100000, 1)]
+    # The last two are flat out: offered above what either broker carries on this machine
+    # (mosquitto about 370,000/s at QoS 0 and 133,000/s at QoS 1 on a fast day), so the
+    # publisher is held back by the broker, not by its own pace.
+    runs = [(1, 10000, 0), (10, 5000, 0), (1, 10000, 1), (10, 2000, 1), (1, 1000000, 0), (1, 400000, 1)]
     conns = 1000
     if args.smoke:
         args.seconds, args.churn_rounds = 1, 1
