@@ -1,7 +1,7 @@
 //! A site CA for MQTT over TLS: `sitegate cert init` makes the CA and the broker's server
 //! certificate, `sitegate cert client --org ID --name N` issues a client certificate whose
 //! subject O is the organisation (the broker's mutual-TLS listener takes the client's
-//! organisation from it). ECDSA P-256 keys (rcgen with ring); private keys are written 0600.
+//! organisation from it). ECDSA P-256 keys (rcgen with aws-lc); private keys are written 0600.
 
 use std::path::{Path, PathBuf};
 
