@@ -354,7 +354,8 @@ def bench_ceiling(args, work, results):
 def bench_mqtt(args, work, results):
     """bench/mqtt.py (both brokers, its own tables), with this run's binaries."""
     cmd = [sys.executable, os.path.join(HERE, "mqtt.py"), "--bin", args.bin, "--client",
-           os.path.join(EXAMPLES, "mqtt_bench"), "--seconds", str(int(max(1, args.seconds)))]
+           os.path.join(EXAMPLES, "mqtt_bench"), "--seconds", str(int(max(1, args.seconds))),
+           "--repeat", str(max(1, args.repeat))]
     if args.smoke:
         cmd.append("--smoke")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)

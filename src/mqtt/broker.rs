@@ -157,6 +157,8 @@ impl Broker {
                 .name(name)
                 .laddr(addr)
                 .reuseaddr(Some(true))
+                // Written at once: with Nagle's algorithm an alert could wait for the ACK of
+                // the message before it (docs/dev/decisions.md).
                 .nodelay(true)
                 .allow_anonymous(false)
                 .max_connections(settings.connections_max)
