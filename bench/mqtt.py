@@ -8,16 +8,18 @@
 Each broker runs pinned to CPU 0 (taskset), the load (examples/mqtt_bench.rs, rumqttc on one
 tokio thread, TCP_NODELAY set) to CPU 1. Runs: one publisher to 1 and to 10 subscribers,
 200-byte payloads, QoS 0 and 1, at fixed rates and flat out (the flat-out runs again with the
-client's Nagle algorithm on); one-way latency as measured (p50/p99, no correction). Memory (measured first, on the fresh broker): RSS of the broker process idle, with 1,000 idle
+client's Nagle algorithm on); one-way latency as measured (p50/p99, no correction). Memory
+(measured first, on the fresh broker): RSS of the broker process idle, with 1,000 idle
 subscribed connections, after they disconnect, and after five rounds of 1,000 connects and
-disconnects (churn); then again after the message runs. For
-sitegate the RSS is the whole appliance (HTTP API, SQLite, location engine) with the broker.
+disconnects (churn); then again after the message runs. For sitegate the RSS is the whole
+appliance (HTTP API, SQLite, location engine) with the broker.
 mosquitto runs twice: as Debian configures it, and with `set_tcp_nodelay true`, which sitegate's
 broker always does (better latency, a lower rate flat out: the two show what each side of that
-trade gives). With --repeat N every message run is made N times, the brokers taking turns (each
-round starts with the next one), and each cell is the median of the N with the range beside it; latency
-percentiles of single 5-10 s runs move by tens of percent from run to run on this machine, so
-one round does not tell a p99 apart. Memory is measured in the first round only.
+trade gives). With --repeat N every message run is made N times, the brokers taking turns
+(each round starts with the next one), and each cell is the median of the N with the range
+beside it; latency percentiles of single 5-10 s runs move by tens of percent from run to run
+on this machine, so one round does not tell a p99 apart. Memory is measured in the first
+round only.
 Prints Markdown tables with sitegate / mosquitto ratios. Python standard library only.
 """
 
@@ -180,7 +182,7 @@ def main():
     ap.add_argument("--churn-rounds", type=int, default=5, help="rounds of 1,000 connects and disconnects")
     ap.add_argument("--repeat", type=int, default=1, help="rounds of the message runs, brokers taking turns")
     args = ap.parse_args()
-    # The last two are flat out: offered above what either broker carries on this machine
+    # The last four are flat out: offered above what either broker carries on this machine
     # (mosquitto about 370,000/s at QoS 0 and 133,000/s at QoS 1 on a fast day), so the
     # publisher is held back by the broker, not by its own pace.
     # The client sets TCP_NODELAY, as a latency-minded client does; the flat-out runs are made
